@@ -1,0 +1,97 @@
+// Public, torch-free API of the numerics core: variants, parameters, and the CPU FlashAttention emulator.
+// Exercised by tests/cpu/flash_*_test.cc against the float64 oracle of gproj/oracle.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gproj/tensor.h"
+
+namespace gproj {
+
+// Where BF16 rounding happens (GUIDE §2) and which fixes apply.
+enum class Variant {
+  kFp32,      // BF16 only at inputs and final outputs; the reference a kernel should approach
+  kBaseline,  // FA2/FA3 today: F4, F5, B1, B4 rounding points
+  kFwdfix,    // baseline + tie-aware running max (Qiu & Yao, Algorithm 1)
+  kGproj,     // fwdfix + a zero-row-sum projection of bf16(dS) (kind chosen by `projection`)
+};
+
+// How the row residual r_i = sum_j bf16(dS)_ij is removed (docs/gproj-projection.md compares them).
+enum class Projection {
+  kNone,          // no correction (fwdfix behaviour in the backward)
+  kUniform,       // dS' = bf16(dS) - (r_i/n_i) 1_{J_i}, on dQ and dK
+  kPWeighted,     // dS' = bf16(dS) - P_ij r_i / s_i, on dQ and dK (the exact P-weighted form)
+  kPWeightedDq,   // P-weighted on dQ, uniform on dK (no second pass over P for dK)
+  kLowRank,       // P-weighted on dQ with P.(K U) U^T, U = top-r right singular vectors of K; uniform on dK
+  kArgmax,        // global r_i moved onto the key of largest P in the row (a gather), on dQ and dK
+  kDelta,         // no projection; delta_i from the FP32 O (forward keeps O's low-order residual)
+  kInTile,        // per tile, each row's rounding residual folded back onto its largest-P entry (re-rounded)
+};
+
+// Model of the FP32 accumulation inside a BF16 GEMM. Only IEEE FP32 exists today; a tensor-core
+// accumulation model (block-aligned truncating adds) is meant to slot in here.
+enum class Accumulation { kIeeeFp32 };
+
+struct FlashParams {
+  Variant variant = Variant::kGproj;
+  bool causal = false;
+  std::optional<float> softmax_scale;  // default 1/sqrt(D); must be finite and > 0
+  int block_q = 64;                    // query rows per tile
+  int block_k = 64;                    // key rows per tile
+  float fwdfix_beta = 2.0f;            // m' = beta * r_m when a block's max r_m > 0 is tied
+  float fwdfix_tie_tol = 0.0f;         // entries with S >= r_m - tol count as tied (0: exact ties)
+  Projection projection = Projection::kPWeighted;  // used by Variant::kGproj only
+  int lowrank_rank = 8;                // r of Projection::kLowRank
+  Accumulation accumulation = Accumulation::kIeeeFp32;
+  bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
+};
+
+const char* variant_name(Variant v);
+const char* projection_name(Projection p);
+Variant parse_variant(const std::string& name);        // throws kInvalidArgument listing the valid names
+Projection parse_projection(const std::string& name);  // idem
+const std::vector<Variant>& all_variants();
+const std::vector<Projection>& all_projections();
+// The projection a variant actually applies (kNone unless the variant is kGproj).
+Projection effective_projection(const FlashParams& p);
+// Throws kInvalidArgument for block sizes < 1, beta outside [1, 64], rank < 1, scale <= 0 or non-finite.
+float resolve_scale(const FlashParams& p, int64_t D);
+
+struct ForwardResult {
+  Tensor<bf16> o;        // (B, Nq, H, D), F5 rounding
+  Tensor<float> o_fp32;  // (B, Nq, H, D), acc / l before F5: the residual Projection::kDelta keeps
+  Tensor<float> lse;     // (B, H, Nq), m + log(l); -inf for rows with no visible key
+};
+
+struct BackwardDiagnostics {
+  double rowsum_max_before = 0;  // max_i |sum_j bf16(dS)_ij| (FP32 sums, dS units, before the scale)
+  double rowsum_max_after = 0;   // the same for the effective dS' after the projection
+  double dk_colsum_ratio = 0;    // ||sum_j dK_j|| / ||dK|| of the final BF16 dK (0 in exact arithmetic)
+};
+
+struct BackwardResult {
+  Tensor<bf16> dq;           // (B, Nq, H, D)
+  Tensor<bf16> dk;           // (B, Nk, Hkv, D)
+  Tensor<bf16> dv;           // (B, Nk, Hkv, D)
+  Tensor<float> delta;       // (B, H, Nq): B1, the delta the main loop used
+  Tensor<float> dq_fp32;     // (B, Nq, H, D): scale * dQ accumulator (after projection), before rounding
+  Tensor<float> rowsum;      // (B, H, Nq): r_i before projection
+  Tensor<float> rowsum_after;  // (B, H, Nq): row sums of the effective dS'
+  BackwardDiagnostics diag;
+};
+
+// Forward. q: (B, Nq, H, D), k, v: (B, Nk, Hkv, D).
+ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
+                                const TensorView<const bf16>& v, const FlashParams& params);
+
+// Backward. o: the forward's BF16 output (B, Nq, H, D); o_fp32: its unrounded value (required by
+// Variant::kFp32 and Projection::kDelta, ignored otherwise; pass a null view when absent);
+// lse: (B, H, Nq) from the forward; dout: (B, Nq, H, D).
+BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
+                                  const TensorView<const bf16>& v, const TensorView<const bf16>& o,
+                                  const TensorView<const float>& o_fp32, const TensorView<const float>& lse,
+                                  const TensorView<const bf16>& dout, const FlashParams& params);
+
+}  // namespace gproj

@@ -1,0 +1,206 @@
+// CPU FlashAttention backward: preprocess (B1 delta), main loop over key blocks then query blocks with BF16
+// rounding at B4 only, the GProj projection, then postprocess (scale, GQA reduction, output rounding).
+// Exercised by tests/cpu/flash_backward_test.cc and tests/cpu/projection_test.cc against the float64 oracle.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cpu/head_gather.h"
+#include "cpu/projection.h"
+#include "cpu/tile_gemm.h"
+#include "gproj/attention.h"
+#include "gproj/compare.h"
+#include "gproj/error.h"
+
+namespace gproj {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct BackwardSetup {
+  AttentionDims d;
+  float scale;
+  bool round_bf16_operands;  // B4 (false for the fp32 variant)
+  bool delta_from_fp32_o;    // fp32 variant and Projection::kDelta use O before F5
+  Projection projection;
+};
+
+BackwardSetup check_backward(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
+                             const TensorView<const bf16>& v, const TensorView<const bf16>& o,
+                             const TensorView<const float>& o_fp32, const TensorView<const float>& lse,
+                             const TensorView<const bf16>& dout, const FlashParams& params) {
+  BackwardSetup s;
+  s.d = check_attention_shapes(q, k, v, dout, o);
+  if (!cpu_supports_head_dim(s.d.D)) {
+    throw Error(ErrorCode::kUnsupported, "head dim D = " + std::to_string(s.d.D) +
+                                             " (the CPU path supports multiples of 8 from 8 to 256)");
+  }
+  s.scale = resolve_scale(params, s.d.D);
+  s.projection = effective_projection(params);
+  s.round_bf16_operands = params.variant != Variant::kFp32;
+  s.delta_from_fp32_o = params.variant == Variant::kFp32 || s.projection == Projection::kDelta;
+  const Extents lse_shape{s.d.B, s.d.H, s.d.Nq, 1};
+  if (lse.data == nullptr || lse.rank != 3 || lse.shape != lse_shape) {
+    throw Error(ErrorCode::kShape, "lse must be (B, H, Nq) = " + format_extents(3, lse_shape) + ", got " +
+                                       (lse.data ? format_extents(lse.rank, lse.shape) : std::string("none")));
+  }
+  if (s.delta_from_fp32_o && (o_fp32.data == nullptr || o_fp32.shape != q.shape)) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("variant ") + variant_name(params.variant) +
+                                                 (s.projection == Projection::kDelta ? " with projection delta" : "") +
+                                                 " needs the forward's FP32 O (o_fp32) of shape " +
+                                                 format_extents(4, q.shape));
+  }
+  if (!params.allow_nonfinite) {
+    check_finite("q", q);
+    check_finite("k", k);
+    check_finite("v", v);
+    check_finite("o", o);
+    check_finite("do", dout);
+  }
+  return s;
+}
+
+}  // namespace
+
+BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
+                                  const TensorView<const bf16>& v, const TensorView<const bf16>& o,
+                                  const TensorView<const float>& o_fp32, const TensorView<const float>& lse,
+                                  const TensorView<const bf16>& dout, const FlashParams& params) {
+  const BackwardSetup st = check_backward(q, k, v, o, o_fp32, lse, dout, params);
+  const AttentionDims& d = st.d;
+  cpu::init_blas_threads();
+  const cpu::TileGemm gemm(params.accumulation);
+  const int Bq = params.block_q, Bk = params.block_k, D = static_cast<int>(d.D);
+  const float scale = st.scale;
+  auto rnd = [&](float x) { return st.round_bf16_operands ? round_bf16(x) : x; };
+  auto to_f = [](bf16 x) { return x.to_float(); };
+
+  BackwardResult r;
+  r.dq = Tensor<bf16>({d.B, d.Nq, d.H, d.D});
+  r.dk = Tensor<bf16>({d.B, d.Nk, d.Hkv, d.D});
+  r.dv = Tensor<bf16>({d.B, d.Nk, d.Hkv, d.D});
+  r.delta = Tensor<float>({d.B, d.H, d.Nq});
+  r.dq_fp32 = Tensor<float>({d.B, d.Nq, d.H, d.D});
+  r.rowsum = Tensor<float>({d.B, d.H, d.Nq});
+  r.rowsum_after = Tensor<float>({d.B, d.H, d.Nq});
+  // FP32 dK/dV partials of each query head; a GQA group is reduced in head order afterwards.
+  std::vector<std::vector<float>> dk_part(static_cast<size_t>(d.B * d.H)), dv_part(dk_part.size());
+
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t hk = h / d.group();
+      std::vector<float> Q, K, V, dO, Of;
+      cpu::gather_head(Q, q, b, h, to_f);
+      cpu::gather_head(K, k, b, hk, to_f);
+      cpu::gather_head(V, v, b, hk, to_f);
+      cpu::gather_head(dO, dout, b, h, to_f);
+      if (st.delta_from_fp32_o) {
+        cpu::gather_head(Of, o_fp32, b, h, [](float x) { return x; });
+      } else {
+        cpu::gather_head(Of, o, b, h, to_f);
+      }
+      // Preprocess, B1: delta_i = sum_d dO_id O_id in FP32.
+      std::vector<float> delta(static_cast<size_t>(d.Nq)), L(delta.size());
+      for (int64_t i = 0; i < d.Nq; ++i) {
+        float acc = 0.0f;
+        for (int e = 0; e < D; ++e) acc += dO[i * D + e] * Of[i * D + e];
+        delta[i] = acc;
+        r.delta.at(b, h, i) = acc;
+        L[i] = lse.at(b, h, i);
+      }
+      std::vector<float> dQacc(static_cast<size_t>(d.Nq) * D, 0.0f);
+      std::vector<float>& dKacc = dk_part[b * d.H + h];
+      std::vector<float>& dVacc = dv_part[b * d.H + h];
+      dKacc.assign(static_cast<size_t>(d.Nk) * D, 0.0f);
+      dVacc.assign(dKacc.size(), 0.0f);
+      cpu::HeadView head{d.Nq, d.Nk, D, params.causal, Q.data(), K.data(), dQacc.data(), dKacc.data()};
+      cpu::RowProjection proj(st.projection, head, params.lowrank_rank, gemm);
+
+      std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),
+          dSb_raw(P.size()), dSb(P.size());
+      // P of one tile, recomputed from the LSE: exp(scale * Q K^T - LSE), masked and empty rows 0.
+      auto p_tile = [&](int64_t i0, int rows, int64_t j0, int cols) {
+        gemm.nt(rows, cols, D, &Q[i0 * D], D, &K[j0 * D], D, P.data(), Bk, false);
+        for (int i = 0; i < rows; ++i) {
+          const int64_t limit = i0 + i + d.Nk - d.Nq;
+          for (int j = 0; j < cols; ++j) {
+            const bool vis = !(params.causal && j0 + j > limit) && L[i0 + i] != kNegInf;
+            P[i * Bk + j] = vis ? std::exp(scale * P[i * Bk + j] - L[i0 + i]) : 0.0f;
+            Pb[i * Bk + j] = rnd(P[i * Bk + j]);
+          }
+        }
+      };
+      // Query rows that see key j0 or later: causal rows i >= j0 - (Nk - Nq).
+      auto first_row = [&](int64_t j0) {
+        return params.causal ? std::clamp<int64_t>(j0 - (d.Nk - d.Nq), 0, d.Nq) : int64_t{0};
+      };
+      for (int64_t j0 = 0; j0 < d.Nk; j0 += Bk) {
+        const int cols = static_cast<int>(std::min<int64_t>(Bk, d.Nk - j0));
+        for (int64_t i0 = first_row(j0) / Bq * Bq; i0 < d.Nq; i0 += Bq) {
+          const int rows = static_cast<int>(std::min<int64_t>(Bq, d.Nq - i0));
+          p_tile(i0, rows, j0, cols);
+          gemm.nt(rows, cols, D, &dO[i0 * D], D, &V[j0 * D], D, dP.data(), Bk, false);  // dP = dO V^T
+          for (int i = 0; i < rows; ++i)
+            for (int j = 0; j < cols; ++j) {
+              const int t = i * Bk + j;
+              dS[t] = P[t] * (dP[t] - delta[i0 + i]);
+              dSb_raw[t] = dSb[t] = rnd(dS[t]);  // B4
+            }
+          proj.compensate_tile(rows, cols, P.data(), dS.data(), dSb.data(), Bk);
+          gemm.tn(cols, D, rows, Pb.data(), Bk, &dO[i0 * D], D, &dVacc[j0 * D], D, true);  // dV += P^T dO
+          gemm.tn(cols, D, rows, dSb.data(), Bk, &Q[i0 * D], D, &dKacc[j0 * D], D, true);  // dK += dS^T Q
+          gemm.nn(rows, D, cols, dSb.data(), Bk, &K[j0 * D], D, &dQacc[i0 * D], D, true);  // dQ += dS K
+          proj.accumulate(i0, rows, j0, cols, Pb.data(), dSb_raw.data(), dSb.data(), Bk);
+        }
+      }
+      if (proj.needs_p_sweep()) {
+        for (int64_t j0 = 0; j0 < d.Nk; j0 += Bk) {
+          const int cols = static_cast<int>(std::min<int64_t>(Bk, d.Nk - j0));
+          for (int64_t i0 = first_row(j0) / Bq * Bq; i0 < d.Nq; i0 += Bq) {
+            const int rows = static_cast<int>(std::min<int64_t>(Bq, d.Nq - i0));
+            p_tile(i0, rows, j0, cols);
+            proj.dk_pweighted_tile(i0, rows, j0, cols, Pb.data(), Bk);
+          }
+        }
+      }
+      proj.finish();
+      for (int64_t i = 0; i < d.Nq; ++i) {
+        r.rowsum.at(b, h, i) = proj.rowsum_before()[i];
+        r.rowsum_after.at(b, h, i) = proj.rowsum_after()[i];
+        for (int e = 0; e < D; ++e) {
+          const float x = scale * dQacc[i * D + e];
+          r.dq_fp32.at(b, i, h, e) = x;
+          r.dq.at(b, i, h, e) = bf16::from_float(x);
+        }
+      }
+    }
+
+  // Postprocess: reduce dK/dV over the heads of each GQA group, scale dK, round both.
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hk = 0; hk < d.Hkv; ++hk)
+      for (int64_t j = 0; j < d.Nk; ++j)
+        for (int e = 0; e < D; ++e) {
+          float dk = 0.0f, dv = 0.0f;
+          for (int64_t g = 0; g < d.group(); ++g) {
+            const size_t part = static_cast<size_t>(b * d.H + hk * d.group() + g);
+            dk += dk_part[part][j * D + e];
+            dv += dv_part[part][j * D + e];
+          }
+          r.dk.at(b, j, hk, e) = bf16::from_float(scale * dk);
+          r.dv.at(b, j, hk, e) = bf16::from_float(dv);
+        }
+
+  double before = 0, after = 0;
+  for (size_t i = 0; i < r.rowsum.values.size(); ++i) {
+    before = std::max(before, std::fabs(double(r.rowsum.values[i])));
+    after = std::max(after, std::fabs(double(r.rowsum_after.values[i])));
+  }
+  r.diag.rowsum_max_before = before;
+  r.diag.rowsum_max_after = after;
+  r.diag.dk_colsum_ratio = column_sum_ratio(r.dk.view());
+  return r;
+}
+
+}  // namespace gproj

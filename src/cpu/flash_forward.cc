@@ -1,0 +1,127 @@
+// CPU FlashAttention forward: tiled online softmax in FP32, BF16 rounding only at F4 (P before PV) and F5 (O).
+// Exercised by tests/cpu/flash_forward_test.cc against the float64 oracle; benchmarked in bench/.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cpu/head_gather.h"
+#include "cpu/tile_gemm.h"
+#include "gproj/attention.h"
+#include "gproj/error.h"
+
+namespace gproj {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The running-max candidate of one block row (GUIDE §1): with fwdfix, a block whose max r_m is tied
+// (>1 entries within tol) contributes beta*r_m if r_m > 0 and 0 if r_m < 0 instead of r_m.
+float block_max_candidate(const float* s, int cols, bool tie_fix, float beta, float tol) {
+  float rm = kNegInf;
+  for (int j = 0; j < cols; ++j) rm = std::max(rm, s[j]);
+  if (!tie_fix || rm == kNegInf) return rm;
+  int ties = 0;
+  for (int j = 0; j < cols; ++j) ties += s[j] >= rm - tol ? 1 : 0;
+  if (ties <= 1) return rm;
+  if (rm > 0.0f) return beta * rm;
+  if (rm < 0.0f) return 0.0f;
+  return rm;
+}
+
+}  // namespace
+
+ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
+                                const TensorView<const bf16>& v, const FlashParams& params) {
+  const AttentionDims d = check_attention_shapes(q, k, v);
+  if (!cpu_supports_head_dim(d.D)) {
+    throw Error(ErrorCode::kUnsupported, "head dim D = " + std::to_string(d.D) +
+                                             " (the CPU path supports multiples of 8 from 8 to 256)");
+  }
+  const float scale = resolve_scale(params, d.D);
+  if (!params.allow_nonfinite) {
+    check_finite("q", q);
+    check_finite("k", k);
+    check_finite("v", v);
+  }
+  cpu::init_blas_threads();
+  const cpu::TileGemm gemm(params.accumulation);
+  const bool round_p = params.variant != Variant::kFp32;  // F4
+  const bool tie_fix = params.variant == Variant::kFwdfix || params.variant == Variant::kGproj;
+  const int Bq = params.block_q, Bk = params.block_k;
+  const int D = static_cast<int>(d.D);
+  const int64_t nqb = (d.Nq + Bq - 1) / Bq;
+
+  ForwardResult r{Tensor<bf16>({d.B, d.Nq, d.H, d.D}), Tensor<float>({d.B, d.Nq, d.H, d.D}),
+                  Tensor<float>({d.B, d.H, d.Nq})};
+  auto to_f = [](bf16 x) { return x.to_float(); };
+
+#pragma omp parallel
+  {
+    std::vector<float> Qt(static_cast<size_t>(Bq) * D), Kt(static_cast<size_t>(Bk) * D), Vt(Kt.size());
+    std::vector<float> S(static_cast<size_t>(Bq) * Bk), acc(Qt.size()), m(Bq), l(Bq);
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t h = 0; h < d.H; ++h)
+        for (int64_t qb = 0; qb < nqb; ++qb) {
+          const int64_t hk = h / d.group();
+          const int64_t i0 = qb * Bq;
+          const int rows = static_cast<int>(std::min<int64_t>(Bq, d.Nq - i0));
+          for (int i = 0; i < rows; ++i)
+            for (int e = 0; e < D; ++e) Qt[i * D + e] = q.at(b, i0 + i, h, e).to_float();
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          std::fill(m.begin(), m.end(), kNegInf);
+          std::fill(l.begin(), l.end(), 0.0f);
+          // Keys beyond the last row's causal limit are invisible to the whole block.
+          const int64_t j_end = params.causal ? std::clamp<int64_t>(i0 + rows + d.Nk - d.Nq, 0, d.Nk) : d.Nk;
+          for (int64_t j0 = 0; j0 < j_end; j0 += Bk) {
+            const int cols = static_cast<int>(std::min<int64_t>(Bk, j_end - j0));
+            for (int j = 0; j < cols; ++j)
+              for (int e = 0; e < D; ++e) {
+                Kt[j * D + e] = to_f(k.at(b, j0 + j, hk, e));
+                Vt[j * D + e] = to_f(v.at(b, j0 + j, hk, e));
+              }
+            gemm.nt(rows, cols, D, Qt.data(), D, Kt.data(), D, S.data(), Bk, false);  // S = Q K^T
+            for (int i = 0; i < rows; ++i) {
+              float* s = &S[i * Bk];
+              const int64_t limit = i0 + i + d.Nk - d.Nq;  // last visible key of this row
+              for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale * s[j];
+              const float cand = block_max_candidate(s, cols, tie_fix, params.fwdfix_beta, params.fwdfix_tie_tol);
+              const float m_new = std::max(m[i], cand);
+              if (m_new == kNegInf) {  // nothing visible yet in this row
+                std::fill(s, s + cols, 0.0f);
+                continue;
+              }
+              const float alpha = std::exp(m[i] - m_new);  // exp(-inf) = 0 on the first visible block
+              float rowsum = 0.0f;
+              for (int j = 0; j < cols; ++j) {
+                const float p = std::exp(s[j] - m_new);  // masked: exp(-inf) = 0
+                rowsum += p;                             // l uses the FP32 P
+                s[j] = round_p ? round_bf16(p) : p;      // F4
+              }
+              l[i] = l[i] * alpha + rowsum;
+              for (int e = 0; e < D; ++e) acc[i * D + e] *= alpha;
+              m[i] = m_new;
+            }
+            gemm.nn(rows, D, cols, S.data(), Bk, Vt.data(), D, acc.data(), D, true);  // acc += P V
+          }
+          for (int i = 0; i < rows; ++i) {
+            bf16* o = &r.o.at(b, i0 + i, h, 0);
+            float* of = &r.o_fp32.at(b, i0 + i, h, 0);
+            if (m[i] == kNegInf) {  // no visible key: O = 0, LSE = -inf
+              for (int e = 0; e < D; ++e) of[e] = 0.0f, o[e] = bf16::from_float(0.0f);
+              r.lse.at(b, h, i0 + i) = kNegInf;
+              continue;
+            }
+            for (int e = 0; e < D; ++e) {
+              of[e] = acc[i * D + e] / l[i];
+              o[e] = bf16::from_float(of[e]);  // F5
+            }
+            r.lse.at(b, h, i0 + i) = m[i] + std::log(l[i]);
+          }
+        }
+  }
+  return r;
+}
+
+}  // namespace gproj

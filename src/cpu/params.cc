@@ -1,0 +1,94 @@
+// Names and validation of FlashParams: variant and projection names, the softmax scale, block sizes, beta.
+// Exercised by tests/cpu/flash_forward_test.cc (bad-argument cases) and the CLI's --variants parsing.
+#include <cmath>
+#include <string>
+
+#include "gproj/attention.h"
+#include "gproj/error.h"
+
+namespace gproj {
+
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::kFp32: return "fp32";
+    case Variant::kBaseline: return "baseline";
+    case Variant::kFwdfix: return "fwdfix";
+    case Variant::kGproj: return "gproj";
+  }
+  return "?";
+}
+
+const char* projection_name(Projection p) {
+  switch (p) {
+    case Projection::kNone: return "none";
+    case Projection::kUniform: return "uniform";
+    case Projection::kPWeighted: return "pweighted";
+    case Projection::kPWeightedDq: return "pweighted-dq";
+    case Projection::kLowRank: return "lowrank";
+    case Projection::kArgmax: return "argmax";
+    case Projection::kDelta: return "delta";
+    case Projection::kInTile: return "intile";
+  }
+  return "?";
+}
+
+const std::vector<Variant>& all_variants() {
+  static const std::vector<Variant> v{Variant::kFp32, Variant::kBaseline, Variant::kFwdfix, Variant::kGproj};
+  return v;
+}
+
+const std::vector<Projection>& all_projections() {
+  static const std::vector<Projection> p{Projection::kNone,    Projection::kUniform,     Projection::kPWeighted,
+                                         Projection::kPWeightedDq, Projection::kLowRank, Projection::kArgmax,
+                                         Projection::kDelta,   Projection::kInTile};
+  return p;
+}
+
+namespace {
+
+template <class E, class NameOf>
+E parse_name(const std::string& name, const std::vector<E>& all, NameOf name_of, const char* what) {
+  std::string valid;
+  for (E e : all) {
+    if (name == name_of(e)) return e;
+    valid += (valid.empty() ? "" : ", ") + std::string(name_of(e));
+  }
+  throw Error(ErrorCode::kInvalidArgument, "unknown " + std::string(what) + " '" + name + "' (valid: " + valid + ")");
+}
+
+}  // namespace
+
+Variant parse_variant(const std::string& name) { return parse_name(name, all_variants(), variant_name, "variant"); }
+
+Projection parse_projection(const std::string& name) {
+  return parse_name(name, all_projections(), projection_name, "projection");
+}
+
+Projection effective_projection(const FlashParams& p) {
+  return p.variant == Variant::kGproj ? p.projection : Projection::kNone;
+}
+
+float resolve_scale(const FlashParams& p, int64_t D) {
+  if (p.block_q < 1 || p.block_k < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "block sizes must be >= 1, got block_q = " + std::to_string(p.block_q) +
+                                                 ", block_k = " + std::to_string(p.block_k));
+  }
+  if (!(p.fwdfix_beta >= 1.0f && p.fwdfix_beta <= 64.0f)) {
+    throw Error(ErrorCode::kInvalidArgument, "fwdfix beta must lie in [1, 64], got " + std::to_string(p.fwdfix_beta));
+  }
+  if (!(p.fwdfix_tie_tol >= 0.0f) || !std::isfinite(p.fwdfix_tie_tol)) {
+    throw Error(ErrorCode::kInvalidArgument, "fwdfix tie tolerance must be finite and >= 0");
+  }
+  if (p.lowrank_rank < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "low-rank projection rank must be >= 1, got " +
+                                                 std::to_string(p.lowrank_rank));
+  }
+  if (!p.softmax_scale) return 1.0f / std::sqrt(static_cast<float>(D));
+  const float s = *p.softmax_scale;
+  if (!std::isfinite(s) || !(s > 0.0f)) {
+    throw Error(ErrorCode::kInvalidArgument, "softmax_scale must be finite and > 0, got " + std::to_string(s));
+  }
+  return s;
+}
+
+}  // namespace gproj

@@ -1,0 +1,216 @@
+// The GProj projections on one head: statistics per tile, then corrections of the FP32 dQ/dK accumulators.
+// Exercised by tests/cpu/projection_test.cc and the projection study (docs/gproj-projection.md).
+#include "cpu/projection.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gproj::cpu {
+
+namespace {
+
+// Eigenvectors of the symmetric (n, n) matrix A by cyclic Jacobi rotations; returns them as columns of V,
+// sorted by decreasing eigenvalue. n <= 256 here (a head dimension), so O(n^3) per sweep is cheap.
+void symmetric_eigen(std::vector<double>& A, int n, std::vector<double>& V) {
+  V.assign(static_cast<size_t>(n) * n, 0.0);
+  for (int i = 0; i < n; ++i) V[i * n + i] = 1.0;
+  for (int sweep = 0; sweep < 50; ++sweep) {
+    double off = 0, diag = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) (i == j ? diag : off) += A[i * n + j] * A[i * n + j];
+    if (off <= 1e-30 * diag) break;
+    for (int p = 0; p < n; ++p)
+      for (int q = p + 1; q < n; ++q) {
+        const double apq = A[p * n + q];
+        if (apq == 0.0) continue;
+        const double theta = (A[q * n + q] - A[p * n + p]) / (2.0 * apq);
+        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1.0));
+        const double c = 1.0 / std::sqrt(t * t + 1.0), s = t * c;
+        for (int k = 0; k < n; ++k) {  // A <- A J (columns p, q)
+          const double akp = A[k * n + p], akq = A[k * n + q];
+          A[k * n + p] = c * akp - s * akq;
+          A[k * n + q] = s * akp + c * akq;
+        }
+        for (int k = 0; k < n; ++k) {  // A <- J^T A (rows p, q)
+          const double apk = A[p * n + k], aqk = A[q * n + k];
+          A[p * n + k] = c * apk - s * aqk;
+          A[q * n + k] = s * apk + c * aqk;
+        }
+        for (int k = 0; k < n; ++k) {
+          const double vkp = V[k * n + p], vkq = V[k * n + q];
+          V[k * n + p] = c * vkp - s * vkq;
+          V[k * n + q] = s * vkp + c * vkq;
+        }
+      }
+  }
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return A[a * n + a] > A[b * n + b]; });
+  std::vector<double> sorted(V.size());
+  for (int k = 0; k < n; ++k)
+    for (int c = 0; c < n; ++c) sorted[k * n + c] = V[k * n + order[c]];
+  V.swap(sorted);
+}
+
+}  // namespace
+
+RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_rank, const TileGemm& gemm)
+    : kind_(kind), h_(head), rank_(std::min(lowrank_rank, head.D)), gemm_(gemm) {
+  r_raw_.assign(static_cast<size_t>(h_.Nq), 0.0f);
+  r_.assign(r_raw_.size(), 0.0f);
+  s_.assign(r_raw_.size(), 0.0f);
+  if (kind_ == Projection::kPWeighted || kind_ == Projection::kPWeightedDq) {
+    pk_.assign(static_cast<size_t>(h_.Nq) * h_.D, 0.0f);
+  }
+  if (kind_ == Projection::kArgmax) {
+    pmax_.assign(r_raw_.size(), -1.0f);
+    jmax_.assign(r_raw_.size(), -1);
+  }
+  if (kind_ == Projection::kLowRank) {
+    const int D = h_.D;
+    std::vector<double> gram(static_cast<size_t>(D) * D, 0.0), V;
+    for (int64_t j = 0; j < h_.Nk; ++j)
+      for (int a = 0; a < D; ++a)
+        for (int b = 0; b < D; ++b) gram[a * D + b] += double(h_.K[j * D + a]) * h_.K[j * D + b];
+    symmetric_eigen(gram, D, V);
+    U_.resize(static_cast<size_t>(D) * rank_);
+    for (int a = 0; a < D; ++a)
+      for (int c = 0; c < rank_; ++c) U_[a * rank_ + c] = static_cast<float>(V[a * D + c]);
+    KU_.assign(static_cast<size_t>(h_.Nk) * rank_, 0.0f);
+    gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);
+    pku_.assign(static_cast<size_t>(h_.Nq) * rank_, 0.0f);
+  }
+}
+
+int64_t RowProjection::visible_count(int64_t i) const {
+  if (!h_.causal) return h_.Nk;
+  return std::clamp<int64_t>(i + h_.Nk - h_.Nq + 1, 0, h_.Nk);
+}
+
+void RowProjection::compensate_tile(int rows, int cols, const float* P, const float* dS, float* dSb, int ld) const {
+  if (kind_ != Projection::kInTile) return;
+  for (int i = 0; i < rows; ++i) {
+    int jstar = 0;
+    float want = 0.0f, others = 0.0f;
+    for (int j = 0; j < cols; ++j) {
+      want += dS[i * ld + j];
+      if (P[i * ld + j] > P[i * ld + jstar]) jstar = j;
+    }
+    for (int j = 0; j < cols; ++j) others += j == jstar ? 0.0f : dSb[i * ld + j];
+    dSb[i * ld + jstar] = round_bf16(want - others);
+  }
+}
+
+void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* Pb, const float* dSb_raw,
+                               const float* dSb, int ld) {
+  for (int i = 0; i < rows; ++i) {
+    float raw = 0.0f, used = 0.0f, ps = 0.0f;
+    for (int j = 0; j < cols; ++j) {
+      raw += dSb_raw[i * ld + j];
+      used += dSb[i * ld + j];
+      ps += Pb[i * ld + j];
+    }
+    r_raw_[i0 + i] += raw;
+    r_[i0 + i] += used;
+    s_[i0 + i] += ps;
+    if (kind_ == Projection::kArgmax) {
+      for (int j = 0; j < cols; ++j)
+        if (Pb[i * ld + j] > pmax_[i0 + i]) pmax_[i0 + i] = Pb[i * ld + j], jmax_[i0 + i] = j0 + j;
+    }
+  }
+  const int D = h_.D;
+  if (!pk_.empty()) gemm_.nn(rows, D, cols, Pb, ld, h_.K + j0 * D, D, pk_.data() + i0 * D, D, true);
+  if (!pku_.empty()) gemm_.nn(rows, rank_, cols, Pb, ld, KU_.data() + j0 * rank_, rank_, pku_.data() + i0 * rank_,
+                              rank_, true);
+}
+
+void RowProjection::dk_pweighted_tile(int64_t i0, int rows, int64_t j0, int cols, const float* Pb, int ld) {
+  // W_ij = -P_ij c_i, so dKacc += W^T Q applies dS' = dS - P c on the dK side.
+  std::vector<float> W(static_cast<size_t>(rows) * cols);
+  for (int i = 0; i < rows; ++i) {
+    const float c = s_[i0 + i] > 0.0f ? r_[i0 + i] / s_[i0 + i] : 0.0f;
+    for (int j = 0; j < cols; ++j) W[i * cols + j] = -Pb[i * ld + j] * c;
+  }
+  gemm_.tn(cols, h_.D, rows, W.data(), cols, h_.Q + i0 * h_.D, h_.D, h_.dKacc + j0 * h_.D, h_.D, true);
+}
+
+void RowProjection::uniform_dq() {
+  // dQ_i -= (r_i / n_i) sum_{j in J_i} K_j; J_i is a prefix of the keys, so a running prefix sum serves all rows.
+  const int D = h_.D;
+  std::vector<double> prefix(static_cast<size_t>(D), 0.0);
+  int64_t summed = 0;
+  for (int64_t i = 0; i < h_.Nq; ++i) {
+    const int64_t n = visible_count(i);
+    for (; summed < n; ++summed)
+      for (int e = 0; e < D; ++e) prefix[e] += h_.K[summed * D + e];
+    if (n == 0) continue;
+    const double c = double(r_[i]) / double(n);
+    for (int e = 0; e < D; ++e) h_.dQacc[i * D + e] -= static_cast<float>(c * prefix[e]);
+  }
+}
+
+void RowProjection::uniform_dk() {
+  // dK_j -= sum_{i : j in J_i} (r_i / n_i) Q_i; rows that see key j form a suffix, so a suffix sum serves.
+  const int D = h_.D;
+  std::vector<double> suffix(static_cast<size_t>(D), 0.0);
+  int64_t i = h_.Nq;
+  for (int64_t j = h_.Nk - 1; j >= 0; --j) {
+    while (i > 0 && visible_count(i - 1) > j) {
+      --i;
+      const double c = double(r_[i]) / double(visible_count(i));
+      for (int e = 0; e < D; ++e) suffix[e] += c * h_.Q[i * D + e];
+    }
+    for (int e = 0; e < D; ++e) h_.dKacc[j * D + e] -= static_cast<float>(suffix[e]);
+  }
+}
+
+void RowProjection::finish() {
+  const int D = h_.D;
+  r_after_ = r_;
+  switch (kind_) {
+    case Projection::kNone:
+    case Projection::kDelta:
+    case Projection::kInTile:
+      return;  // no output correction; row sums after = those the GEMMs used
+    case Projection::kUniform:
+      uniform_dq();
+      uniform_dk();
+      for (int64_t i = 0; i < h_.Nq; ++i) {
+        const int64_t n = visible_count(i);
+        if (n > 0) r_after_[i] = r_[i] - static_cast<float>(n) * (r_[i] / static_cast<float>(n));
+      }
+      return;
+    case Projection::kPWeighted:
+    case Projection::kPWeightedDq:
+    case Projection::kLowRank:
+      for (int64_t i = 0; i < h_.Nq; ++i) {
+        if (!(s_[i] > 0.0f)) continue;
+        const float c = r_[i] / s_[i];
+        if (kind_ == Projection::kLowRank) {
+          for (int e = 0; e < D; ++e) {
+            float back = 0.0f;  // (P K U)_i U^T
+            for (int t = 0; t < rank_; ++t) back += pku_[i * rank_ + t] * U_[e * rank_ + t];
+            h_.dQacc[i * D + e] -= c * back;
+          }
+        } else {
+          for (int e = 0; e < D; ++e) h_.dQacc[i * D + e] -= c * pk_[i * D + e];
+        }
+        r_after_[i] = r_[i] - c * s_[i];
+      }
+      if (kind_ != Projection::kPWeighted) uniform_dk();
+      return;
+    case Projection::kArgmax:
+      for (int64_t i = 0; i < h_.Nq; ++i) {
+        const int64_t j = jmax_[i];
+        if (j < 0) continue;
+        for (int e = 0; e < D; ++e) {
+          h_.dQacc[i * D + e] -= r_[i] * h_.K[j * D + e];
+          h_.dKacc[j * D + e] -= r_[i] * h_.Q[i * D + e];
+        }
+        r_after_[i] = r_[i] - r_[i];
+      }
+      return;
+  }
+}
+
+}  // namespace gproj::cpu

@@ -1,0 +1,68 @@
+// The dS row-residual projections of GProj on one (b, h) head of the CPU backward: row statistics gathered
+// tile by tile, then FP32 rank-1 style corrections of the dQ and dK accumulators. Exercised by
+// tests/cpu/projection_test.cc and compared in docs/gproj-projection.md.
+#pragma once
+
+#include <vector>
+
+#include "cpu/tile_gemm.h"
+#include "gproj/attention.h"
+
+namespace gproj::cpu {
+
+// One head's FP32 operands and accumulators, all contiguous row-major.
+struct HeadView {
+  int64_t Nq = 0, Nk = 0;
+  int D = 0;
+  bool causal = false;
+  const float* Q = nullptr;  // (Nq, D)
+  const float* K = nullptr;  // (Nk, D)
+  float* dQacc = nullptr;    // (Nq, D), dS.K before the softmax scale
+  float* dKacc = nullptr;    // (Nk, D), dS^T.Q before the softmax scale
+};
+
+class RowProjection {
+ public:
+  RowProjection(Projection kind, const HeadView& head, int lowrank_rank, const TileGemm& gemm);
+
+  // For Projection::kInTile: rewrites the BF16 tile dSb (rows, cols; leading dim ld) so that each row's BF16
+  // sum matches its FP32 sum, the difference re-rounded onto the entry of largest P. No-op otherwise.
+  void compensate_tile(int rows, int cols, const float* P, const float* dS, float* dSb, int ld) const;
+
+  // Gathers the statistics of one tile: Pb = bf16(P), dSb = the BF16 dS the GEMMs used.
+  void accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* Pb, const float* dSb_raw,
+                  const float* dSb, int ld);
+
+  // Does Projection::kPWeighted need a second sweep over the P tiles for dK? (see dk_pweighted_tile)
+  bool needs_p_sweep() const { return kind_ == Projection::kPWeighted; }
+  // Second sweep: dKacc[j0:j0+cols] -= (Pb * c)^T Q[i0:i0+rows], c_i = r_i / s_i.
+  void dk_pweighted_tile(int64_t i0, int rows, int64_t j0, int cols, const float* Pb, int ld);
+
+  // Applies the dQ (and, except for the P-weighted dK sweep, dK) corrections; fills row sums after.
+  void finish();
+
+  const std::vector<float>& rowsum_before() const { return r_raw_; }
+  const std::vector<float>& rowsum_after() const { return r_after_; }
+
+ private:
+  int64_t visible_count(int64_t i) const;  // n_i = |J_i|
+  void uniform_dq();
+  void uniform_dk();
+
+  Projection kind_;
+  HeadView h_;
+  int rank_;
+  const TileGemm& gemm_;
+  std::vector<float> r_raw_;    // sum_j bf16(dS)_ij before any compensation
+  std::vector<float> r_;        // sum_j of the dS the GEMMs used
+  std::vector<float> s_;        // sum_j bf16(P)_ij
+  std::vector<float> r_after_;  // row sums of the effective dS'
+  std::vector<float> pk_;       // (Nq, D) sum_j bf16(P)_ij K_j        (P-weighted)
+  std::vector<float> U_;        // (D, rank) top right singular vectors of K (low rank)
+  std::vector<float> KU_;       // (Nk, rank)
+  std::vector<float> pku_;      // (Nq, rank) sum_j bf16(P)_ij (K U)_j  (low rank)
+  std::vector<float> pmax_;     // largest bf16(P) of each row so far   (argmax)
+  std::vector<int64_t> jmax_;   // its key index
+};
+
+}  // namespace gproj::cpu

@@ -1,0 +1,20 @@
+// `gproj study`: the projection candidates of GUIDE §3 side by side on states, as a Markdown table.
+// Exercised by docs/gproj-projection.md (its table is this command's output) and a CLI smoke test.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace gproj {
+
+struct StudyOptions {
+  std::vector<std::string> states;  // state files; empty -> synthetic cases only
+  bool synthetic = true;            // add the seeded synthetic cases
+  int lowrank_rank = 8;
+  int block = 64;                   // block_q = block_k
+};
+
+int run_study(const StudyOptions& options, std::FILE* out);
+
+}  // namespace gproj

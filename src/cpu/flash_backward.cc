@@ -8,6 +8,7 @@
 #include "cpu/head_gather.h"
 #include "cpu/projection.h"
 #include "cpu/tile_gemm.h"
+#include "cpu/tile_ops.h"
 #include "gproj/attention.h"
 #include "gproj/compare.h"
 #include "gproj/error.h"
@@ -124,11 +125,19 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       auto p_tile = [&](int64_t i0, int rows, int64_t j0, int cols) {
         gemm.nt(rows, cols, D, &Q[i0 * D], D, &K[j0 * D], D, P.data(), Bk, false);
         for (int i = 0; i < rows; ++i) {
+          float* p = &P[i * Bk];
           const int64_t limit = i0 + i + d.Nk - d.Nq;
-          for (int j = 0; j < cols; ++j) {
-            const bool vis = !(params.causal && j0 + j > limit) && L[i0 + i] != kNegInf;
-            P[i * Bk + j] = vis ? std::exp(scale * P[i * Bk + j] - L[i0 + i]) : 0.0f;
-            Pb[i * Bk + j] = rnd(P[i * Bk + j]);
+          // Visible keys of this row: j < vis (a prefix of the tile); an empty row (LSE = -inf) sees none.
+          const int vis = L[i0 + i] == kNegInf ? 0
+                          : params.causal     ? static_cast<int>(std::clamp<int64_t>(limit - j0 + 1, 0, cols))
+                                              : cols;
+          for (int j = 0; j < vis; ++j) p[j] = scale * p[j];
+          cpu::exp_sub_row(p, vis, L[i0 + i]);
+          std::fill(p + vis, p + cols, 0.0f);
+          if (st.round_bf16_operands) {
+            cpu::round_bf16_row(&Pb[i * Bk], p, cols);
+          } else {
+            std::copy(p, p + cols, &Pb[i * Bk]);
           }
         }
       };

@@ -6,6 +6,7 @@
 
 #include "cpu/head_gather.h"
 #include "cpu/tile_gemm.h"
+#include "cpu/tile_ops.h"
 #include "gproj/attention.h"
 #include "gproj/error.h"
 
@@ -56,9 +57,18 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
                   Tensor<float>({d.B, d.H, d.Nq})};
   auto to_f = [](bf16 x) { return x.to_float(); };
 
+  // K and V of every (b, kv head) widened to FP32 once, shared by all query blocks: (B * Hkv) x (Nk, D).
+  std::vector<std::vector<float>> Kf(static_cast<size_t>(d.B * d.Hkv)), Vf(Kf.size());
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hk = 0; hk < d.Hkv; ++hk) {
+      cpu::gather_head(Kf[b * d.Hkv + hk], k, b, hk, to_f);
+      cpu::gather_head(Vf[b * d.Hkv + hk], v, b, hk, to_f);
+    }
+
 #pragma omp parallel
   {
-    std::vector<float> Qt(static_cast<size_t>(Bq) * D), Kt(static_cast<size_t>(Bk) * D), Vt(Kt.size());
+    std::vector<float> Qt(static_cast<size_t>(Bq) * D);
     std::vector<float> S(static_cast<size_t>(Bq) * Bk), acc(Qt.size()), m(Bq), l(Bq);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
@@ -76,12 +86,9 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
           const int64_t j_end = params.causal ? std::clamp<int64_t>(i0 + rows + d.Nk - d.Nq, 0, d.Nk) : d.Nk;
           for (int64_t j0 = 0; j0 < j_end; j0 += Bk) {
             const int cols = static_cast<int>(std::min<int64_t>(Bk, j_end - j0));
-            for (int j = 0; j < cols; ++j)
-              for (int e = 0; e < D; ++e) {
-                Kt[j * D + e] = to_f(k.at(b, j0 + j, hk, e));
-                Vt[j * D + e] = to_f(v.at(b, j0 + j, hk, e));
-              }
-            gemm.nt(rows, cols, D, Qt.data(), D, Kt.data(), D, S.data(), Bk, false);  // S = Q K^T
+            const float* Kt = &Kf[b * d.Hkv + hk][j0 * D];  // (cols, D)
+            const float* Vt = &Vf[b * d.Hkv + hk][j0 * D];  // (cols, D)
+            gemm.nt(rows, cols, D, Qt.data(), D, Kt, D, S.data(), Bk, false);  // S = Q K^T
             for (int i = 0; i < rows; ++i) {
               float* s = &S[i * Bk];
               const int64_t limit = i0 + i + d.Nk - d.Nq;  // last visible key of this row
@@ -92,18 +99,16 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
                 std::fill(s, s + cols, 0.0f);
                 continue;
               }
-              const float alpha = std::exp(m[i] - m_new);  // exp(-inf) = 0 on the first visible block
+              const float alpha = cpu::exp_fp32(m[i] - m_new);  // exp(-inf) = 0 on the first visible block
+              cpu::exp_sub_row(s, cols, m_new);                 // masked: exp(-inf) = 0
               float rowsum = 0.0f;
-              for (int j = 0; j < cols; ++j) {
-                const float p = std::exp(s[j] - m_new);  // masked: exp(-inf) = 0
-                rowsum += p;                             // l uses the FP32 P
-                s[j] = round_p ? round_bf16(p) : p;      // F4
-              }
+              for (int j = 0; j < cols; ++j) rowsum += s[j];    // l uses the FP32 P
+              if (round_p) cpu::round_bf16_row(s, s, cols);     // F4
               l[i] = l[i] * alpha + rowsum;
               for (int e = 0; e < D; ++e) acc[i * D + e] *= alpha;
               m[i] = m_new;
             }
-            gemm.nn(rows, D, cols, S.data(), Bk, Vt.data(), D, acc.data(), D, true);  // acc += P V
+            gemm.nn(rows, D, cols, S.data(), Bk, Vt, D, acc.data(), D, true);  // acc += P V
           }
           for (int i = 0; i < rows; ++i) {
             bf16* o = &r.o.at(b, i0 + i, h, 0);

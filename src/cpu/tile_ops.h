@@ -1,0 +1,55 @@
+// Element-wise tile operations of the CPU emulator written so the compiler vectorises them: exp and the
+// BF16 rounding of rows. Exercised by tests/cpu/tile_ops_test.cc (accuracy of exp_fp32 against double).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "gproj/bf16.h"
+
+namespace gproj::cpu {
+
+// exp(x) in FP32 within 2 ulp of the correctly rounded value for x in [-87.33, 88.72]; 0 below that range
+// (flush-to-zero, as the GPU's ex2.approx.ftz does), +Inf above, NaN for NaN. Cody-Waite reduction
+// x = n ln2 + r, |r| <= ln2/2, and a degree-7 Taylor polynomial (truncation 5e-9 relative). glibc's expf
+// would be as accurate but is not vectorised without -ffast-math, which this project never uses.
+inline float exp_fp32(float x) {
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln2), |n| < 2^22
+  float r = x - n * 0.693145751953125f;                                    // ln2 high part (exact product)
+  r = r - n * 1.428606765330187045e-06f;                                   // ln2 low part
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits;
+  std::memcpy(&bits, &p, sizeof bits);
+  bits += static_cast<int32_t>(n) * (1 << 23);
+  float y;
+  std::memcpy(&y, &bits, sizeof y);
+  y = x < -87.33654475f ? 0.0f : y;
+  y = x > 88.72283906f ? __builtin_inff() : y;
+  return x != x ? x : y;
+}
+
+// s[j] = exp(s[j] - m) for j < n.
+inline void exp_sub_row(float* __restrict s, int n, float m) {
+#pragma omp simd
+  for (int j = 0; j < n; ++j) s[j] = exp_fp32(s[j] - m);
+}
+
+// d[j] = bf16(s[j]) as float for j < n (round to nearest even; inputs here are finite).
+inline void round_bf16_row(float* d, const float* s, int n) {  // d may equal s
+#pragma omp simd
+  for (int j = 0; j < n; ++j) {
+    uint32_t u;
+    std::memcpy(&u, &s[j], sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&d[j], &u, sizeof u);
+  }
+}
+
+}  // namespace gproj::cpu

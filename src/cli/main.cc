@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   study_cmd->add_option("--state", study.states, "state files (safetensors)");
   study_cmd->add_flag("!--no-synthetic", study.synthetic, "skip the seeded synthetic cases");
   study_cmd->add_option("--rank", study.lowrank_rank, "rank of the low-rank projection")->check(CLI::Range(1, 256));
+  study_cmd->add_option("--topk", study.topk, "k values of the top-k projection")->check(CLI::Range(1, 64));
   study_cmd->add_option("--block", study.block, "tile size (block_q = block_k)")->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
   try {

@@ -25,7 +25,7 @@ const char* projection_name(Projection p) {
     case Projection::kPWeighted: return "pweighted";
     case Projection::kPWeightedDq: return "pweighted-dq";
     case Projection::kLowRank: return "lowrank";
-    case Projection::kArgmax: return "argmax";
+    case Projection::kTopK: return "topk";
     case Projection::kDelta: return "delta";
     case Projection::kInTile: return "intile";
   }
@@ -39,7 +39,7 @@ const std::vector<Variant>& all_variants() {
 
 const std::vector<Projection>& all_projections() {
   static const std::vector<Projection> p{Projection::kNone,    Projection::kUniform,     Projection::kPWeighted,
-                                         Projection::kPWeightedDq, Projection::kLowRank, Projection::kArgmax,
+                                         Projection::kPWeightedDq, Projection::kLowRank, Projection::kTopK,
                                          Projection::kDelta,   Projection::kInTile};
   return p;
 }
@@ -78,6 +78,9 @@ float resolve_scale(const FlashParams& p, int64_t D) {
   }
   if (!(p.fwdfix_tie_tol >= 0.0f) || !std::isfinite(p.fwdfix_tie_tol)) {
     throw Error(ErrorCode::kInvalidArgument, "fwdfix tie tolerance must be finite and >= 0");
+  }
+  if (p.topk < 1 || p.topk > 64) {
+    throw Error(ErrorCode::kInvalidArgument, "top-k projection needs 1 <= k <= 64, got " + std::to_string(p.topk));
   }
   if (p.lowrank_rank < 1) {
     throw Error(ErrorCode::kInvalidArgument, "low-rank projection rank must be >= 1, got " +

@@ -54,17 +54,17 @@ void symmetric_eigen(std::vector<double>& A, int n, std::vector<double>& V) {
 
 }  // namespace
 
-RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_rank, const TileGemm& gemm)
-    : kind_(kind), h_(head), rank_(std::min(lowrank_rank, head.D)), gemm_(gemm) {
+RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm)
+    : kind_(kind), h_(head), rank_(std::min(lowrank_rank, head.D)), gemm_(gemm), k_(topk) {
   r_raw_.assign(static_cast<size_t>(h_.Nq), 0.0f);
   r_.assign(r_raw_.size(), 0.0f);
   s_.assign(r_raw_.size(), 0.0f);
   if (kind_ == Projection::kPWeighted || kind_ == Projection::kPWeightedDq) {
     pk_.assign(static_cast<size_t>(h_.Nq) * h_.D, 0.0f);
   }
-  if (kind_ == Projection::kArgmax) {
-    pmax_.assign(r_raw_.size(), -1.0f);
-    jmax_.assign(r_raw_.size(), -1);
+  if (kind_ == Projection::kTopK) {
+    top_p_.assign(static_cast<size_t>(h_.Nq) * k_, -1.0f);
+    top_j_.assign(top_p_.size(), -1);
   }
   if (kind_ == Projection::kLowRank) {
     const int D = h_.D;
@@ -113,9 +113,17 @@ void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const
     r_raw_[i0 + i] += raw;
     r_[i0 + i] += used;
     s_[i0 + i] += ps;
-    if (kind_ == Projection::kArgmax) {
-      for (int j = 0; j < cols; ++j)
-        if (Pb[i * ld + j] > pmax_[i0 + i]) pmax_[i0 + i] = Pb[i * ld + j], jmax_[i0 + i] = j0 + j;
+    if (kind_ == Projection::kTopK) {
+      float* tp = &top_p_[(i0 + i) * k_];
+      int64_t* tj = &top_j_[(i0 + i) * k_];
+      for (int j = 0; j < cols; ++j) {
+        float p = Pb[i * ld + j];
+        if (!(p > tp[k_ - 1])) continue;  // insertion into the descending list; ties keep the earlier key
+        int t = k_ - 1;
+        for (; t > 0 && p > tp[t - 1]; --t) tp[t] = tp[t - 1], tj[t] = tj[t - 1];
+        tp[t] = p;
+        tj[t] = j0 + j;
+      }
     }
   }
   const int D = h_.D;
@@ -199,15 +207,24 @@ void RowProjection::finish() {
       }
       if (kind_ != Projection::kPWeighted) uniform_dk();
       return;
-    case Projection::kArgmax:
+    case Projection::kTopK:
       for (int64_t i = 0; i < h_.Nq; ++i) {
-        const int64_t j = jmax_[i];
-        if (j < 0) continue;
-        for (int e = 0; e < D; ++e) {
-          h_.dQacc[i * D + e] -= r_[i] * h_.K[j * D + e];
-          h_.dKacc[j * D + e] -= r_[i] * h_.Q[i * D + e];
+        const float* tp = &top_p_[i * k_];
+        const int64_t* tj = &top_j_[i * k_];
+        float mass = 0.0f;
+        for (int t = 0; t < k_ && tj[t] >= 0; ++t) mass += tp[t];
+        if (!(mass > 0.0f)) continue;
+        const float c = r_[i] / mass;
+        float removed = 0.0f;
+        for (int t = 0; t < k_ && tj[t] >= 0; ++t) {
+          const float w = c * tp[t];  // the share of r_i taken off entry (i, tj[t])
+          removed += w;
+          for (int e = 0; e < D; ++e) {
+            h_.dQacc[i * D + e] -= w * h_.K[tj[t] * D + e];
+            h_.dKacc[tj[t] * D + e] -= w * h_.Q[i * D + e];
+          }
         }
-        r_after_[i] = r_[i] - r_[i];
+        r_after_[i] = r_[i] - removed;
       }
       return;
   }

@@ -23,7 +23,7 @@ struct HeadView {
 
 class RowProjection {
  public:
-  RowProjection(Projection kind, const HeadView& head, int lowrank_rank, const TileGemm& gemm);
+  RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm);
 
   // For Projection::kInTile: rewrites the BF16 tile dSb (rows, cols; leading dim ld) so that each row's BF16
   // sum matches its FP32 sum, the difference re-rounded onto the entry of largest P. No-op otherwise.
@@ -61,8 +61,9 @@ class RowProjection {
   std::vector<float> U_;        // (D, rank) top right singular vectors of K (low rank)
   std::vector<float> KU_;       // (Nk, rank)
   std::vector<float> pku_;      // (Nq, rank) sum_j bf16(P)_ij (K U)_j  (low rank)
-  std::vector<float> pmax_;     // largest bf16(P) of each row so far   (argmax)
-  std::vector<int64_t> jmax_;   // its key index
+  int k_;                       // top-k: entries kept per row
+  std::vector<float> top_p_;    // (Nq, k) largest bf16(P) of each row so far, descending  (top-k)
+  std::vector<int64_t> top_j_;  // (Nq, k) their key indices (-1: empty slot)
 };
 
 }  // namespace gproj::cpu

@@ -26,7 +26,7 @@ inline Tolerances derive_tolerances(const VariantRun& fp32, const OracleRun& ora
           derived(fp32.dk, oracle.bwd.dk.view()), derived(fp32.dv, oracle.bwd.dv.view())};
 }
 
-inline FlashParams params_for(Variant v, Projection p = Projection::kPWeighted) {
+inline FlashParams params_for(Variant v, Projection p = FlashParams{}.projection) {
   FlashParams f;
   f.variant = v;
   f.projection = p;

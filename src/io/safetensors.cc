@@ -2,14 +2,7 @@
 // Exercised by tests/io/safetensors_test.cc and, through parse_safetensors, by the header fuzzer.
 #include "gproj/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -18,6 +11,7 @@
 #include <vector>
 
 #include "gproj/error.h"
+#include "io/file.h"
 
 namespace gproj {
 namespace {
@@ -27,10 +21,6 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 [[noreturn]] void fail(ErrorCode code, const std::string& what, const std::string& problem) {
   throw Error(code, what + ": " + problem);
-}
-
-[[noreturn]] void fail_io(const std::string& what, const std::string& action, int err) {
-  fail(ErrorCode::kIO, what, action + ": " + std::strerror(err));
 }
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
@@ -73,57 +63,6 @@ bool checked_byte_count(const std::vector<int64_t>& shape, DType dtype, uint64_t
   if (numel > std::numeric_limits<uint64_t>::max() / dtype_size(dtype)) return false;
   *bytes = numel * dtype_size(dtype);
   return true;
-}
-
-// Owns a file descriptor; close() reports the error that the destructor has to swallow.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail_io(path, "cannot open for reading", errno);
-  std::vector<uint8_t> data;
-  struct stat st;
-  if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode)) data.reserve(static_cast<size_t>(st.st_size));
-  uint8_t buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail_io(path, "read failed", errno);
-    }
-    if (n == 0) return data;
-    data.insert(data.end(), buffer, buffer + n);
-  }
-}
-
-void write_all(int fd, const void* data, size_t size, const std::string& what) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail_io(what, "write failed", errno);
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
 }
 
 // Parses the JSON header, rejecting duplicate keys in any object: nlohmann would silently keep the last
@@ -289,27 +228,6 @@ std::string build_header(const SafetensorsFile& file, const std::string& what) {
   return text;
 }
 
-void write_synced(const std::string& tmp, const std::string& header, const SafetensorsFile& file) {
-  FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) fail_io(tmp, "cannot create", errno);
-  uint8_t length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  write_all(fd.get(), length, sizeof length, tmp);
-  write_all(fd.get(), header.data(), header.size(), tmp);
-  for (const auto& entry : file.tensors) write_all(fd.get(), entry.second.bytes.data(), entry.second.bytes.size(), tmp);
-  if (::fsync(fd.get()) != 0) fail_io(tmp, "fsync failed", errno);
-  if (fd.close() != 0) fail_io(tmp, "close failed", errno);
-}
-
-// Makes the rename durable. Some file systems cannot sync a directory (EINVAL); the rename stands there.
-void sync_directory_of(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) fail_io(dir, "cannot open directory to sync the rename of " + path, errno);
-  if (::fsync(fd.get()) != 0 && errno != EINVAL) fail_io(dir, "fsync of directory failed", errno);
-}
-
 }  // namespace
 
 const char* dtype_name(DType dtype) {
@@ -382,15 +300,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
 void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   const std::string header = build_header(file, path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    write_synced(tmp, header, file);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io(path, "cannot rename " + tmp + " over it", errno);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  sync_directory_of(path);
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  std::vector<FilePiece> pieces{{length, sizeof length}, {header.data(), header.size()}};
+  for (const auto& entry : file.tensors) pieces.push_back({entry.second.bytes.data(), entry.second.bytes.size()});
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace gproj

@@ -26,6 +26,7 @@ enum class Projection {
   kPWeightedDq,   // P-weighted on dQ, uniform on dK (no second pass over P for dK)
   kLowRank,       // P-weighted on dQ with P.(K U) U^T, U = top-r right singular vectors of K; uniform on dK
   kTopK,          // P-weighted over each row's k largest P only (sparse: gathers/scatters), on dQ and dK
+  kTopKRest,      // P-weighted on the k largest P; the rest of the row's P mass spread uniformly (prefix sums)
   kDelta,         // no projection; delta_i from the FP32 O (forward keeps O's low-order residual)
   kInTile,        // per tile, each row's rounding residual folded back onto its largest-P entry (re-rounded)
 };
@@ -42,7 +43,7 @@ struct FlashParams {
   int block_k = 64;                    // key rows per tile
   float fwdfix_beta = 2.0f;            // m' = beta * r_m when a block's max r_m > 0 is tied
   float fwdfix_tie_tol = 0.0f;         // entries with S >= r_m - tol count as tied (0: exact ties)
-  Projection projection = Projection::kTopK;  // used by Variant::kGproj only (docs/gproj-projection.md)
+  Projection projection = Projection::kPWeighted;  // used by Variant::kGproj only (docs/gproj-projection.md)
   int lowrank_rank = 8;                // r of Projection::kLowRank
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
   Accumulation accumulation = Accumulation::kIeeeFp32;

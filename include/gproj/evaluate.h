@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gproj/attention.h"
+#include "gproj/backend.h"
 #include "gproj/compare.h"
 #include "gproj/oracle.h"
 #include "gproj/state.h"
@@ -26,7 +27,8 @@ struct VariantRun {
 
 float state_scale(const AttentionState& s);  // metadata scale or 1/sqrt(D)
 OracleRun run_oracle(const AttentionState& s);
-// Runs `params` (its causal and scale fields are taken from the state) and compares with `oracle`.
-VariantRun run_variant(const AttentionState& s, FlashParams params, const OracleRun& oracle);
+// Runs `params` (its causal and scale fields are taken from the state) on `device` and compares with `oracle`.
+VariantRun run_variant(const AttentionState& s, FlashParams params, const OracleRun& oracle,
+                       Device device = Device::kCpu);
 
 }  // namespace gproj

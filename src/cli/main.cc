@@ -1,25 +1,54 @@
-// The gproj command line. For now one subcommand, `demo`: the dQ bias of a BF16 backward and its fix on the CPU.
-// Exercised by the README's main-job command and tests/cli (exit codes); `gproj check` replaces it next.
+// The gproj command line: `check` (the audit), `run` (one variant's outputs), `stress` (the built-in cases),
+// `study` (projection candidates). Exit codes: 0 ok, 1 --fail-above bounds exceeded, 2 error.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <cstdio>
 #include <exception>
 
-#include "cli/demo.h"
+#include "cli/check.h"
+#include "cli/commands.h"
 #include "cli/study.h"
 #include "gproj/error.h"
+#include "gproj/stress.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"gproj: BF16 attention whose gradients are right (CPU emulator, float64 oracle)"};
+  CLI::App app{"gproj: audit BF16 attention forward and backward against a float64 oracle"};
   app.require_subcommand(1);
-  gproj::DemoOptions demo;
-  CLI::App* demo_cmd = app.add_subcommand("demo", "Show the dQ bias of BF16 attention and GProj's fix on seeded states");
-  demo_cmd->add_option("--seq", demo.seq, "sequence length N of the synthetic states")->check(CLI::Range(1, 65536));
-  demo_cmd->add_option("--heads", demo.heads, "heads H")->check(CLI::Range(1, 256));
-  demo_cmd->add_option("--dim", demo.dim, "head dimension D")->check(CLI::Range(8, 256));
-  demo_cmd->add_option("--seed", demo.seed, "random seed");
-  demo_cmd->add_option("--state", demo.states, "also run on these state files (safetensors)");
+  app.set_version_flag("--version", GPROJ_VERSION);
+
+  gproj::cli::CheckOptions check;
+  CLI::App* check_cmd = app.add_subcommand("check", "Check variants on the stress suite and/or state files");
+  check_cmd->add_option("--suite", check.suite, "built-in suite to run (stress)");
+  check_cmd->add_option("--cases", check.cases, "only these stress cases or groups (synthetic, real)")->delimiter(',');
+  check_cmd->add_option("--state", check.states, "attention state files (safetensors: q, k, v, do)");
+  check_cmd->add_option("--variants", check.variants, "comma-separated: fp32, baseline, fwdfix, gproj")
+      ->capture_default_str();
+  check_cmd->add_option("--device", check.device, "cpu, cuda or all (all: CPU, and CUDA when present)")
+      ->capture_default_str();
+  check_cmd->add_option("--json", check.json_path, "write the JSON report here (atomically)");
+  check_cmd->add_option("--markdown", check.markdown_path, "write a Markdown report here (atomically)");
+  check_cmd->add_option("--fail-above", check.fail_above,
+                        "exit 1 if exceeded: [variant:]metric=fraction,... metric in o, dq, dk, dv");
+  check_cmd->add_option("--data-dir", check.data_dir, "folder of the real captured states (default: tests/data)");
+  check_cmd->add_flag("--allow-nonfinite", check.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
+  check_cmd->add_flag("--quiet", check.quiet, "no progress on stderr");
+
+  gproj::cli::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Run one variant on a state and write its outputs (F32 safetensors)");
+  run_cmd->add_option("--state", run.state, "attention state file")->required();
+  run_cmd->add_option("--variant", run.variant, "fp32, baseline, fwdfix or gproj")->capture_default_str();
+  run_cmd->add_option("--device", run.device, "cpu or cuda")->capture_default_str();
+  run_cmd->add_option("--out", run.out, "output file: o, lse, dq, dk, dv as F32")->required();
+  run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
+
+  bool list = false;
+  std::string write_dir, data_dir;
+  CLI::App* stress_cmd = app.add_subcommand("stress", "List the built-in stress cases or write them as state files");
+  stress_cmd->add_flag("--list", list, "describe every case");
+  stress_cmd->add_option("--write", write_dir, "write every case as DIR/<case>.safetensors");
+  stress_cmd->add_option("--data-dir", data_dir, "folder of the real captured states (default: tests/data)");
+
   gproj::StudyOptions study;
   CLI::App* study_cmd = app.add_subcommand("study", "Compare the GProj projection candidates on states (Markdown)");
   study_cmd->add_option("--state", study.states, "state files (safetensors)");
@@ -27,9 +56,29 @@ int main(int argc, char** argv) {
   study_cmd->add_option("--rank", study.lowrank_rank, "rank of the low-rank projection")->check(CLI::Range(1, 256));
   study_cmd->add_option("--topk", study.topk, "k values of the top-k projection")->check(CLI::Range(1, 64));
   study_cmd->add_option("--block", study.block, "tile size (block_q = block_k)")->check(CLI::Range(1, 1024));
-  CLI11_PARSE(app, argc, argv);
+
   try {
-    if (demo_cmd->parsed()) return gproj::run_demo(demo, stdout);
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    if (check_cmd->parsed()) return gproj::cli::run_check(check, stdout);
+    if (run_cmd->parsed()) return gproj::cli::run_one(run, stdout);
+    if (stress_cmd->parsed()) {
+      const std::string dir = data_dir.empty() ? gproj::default_data_dir() : data_dir;
+      if (!write_dir.empty()) return gproj::cli::write_stress(write_dir, dir, stdout);
+      if (list) return gproj::cli::list_stress(dir, stdout);
+      fmt::print(stderr, "gproj stress: give --list or --write DIR\n");
+      return 2;
+    }
     if (study_cmd->parsed()) return gproj::run_study(study, stdout);
   } catch (const gproj::Error& e) {
     fmt::print(stderr, "gproj: {}\n", e.what());

@@ -43,15 +43,15 @@ OracleRun run_oracle(const AttentionState& s) {
   return r;
 }
 
-VariantRun run_variant(const AttentionState& s, FlashParams params, const OracleRun& oracle) {
+VariantRun run_variant(const AttentionState& s, FlashParams params, const OracleRun& oracle, Device device) {
   params.causal = s.causal;
   params.softmax_scale = state_scale(s);
   VariantRun r;
   auto t0 = std::chrono::steady_clock::now();
-  r.fwd = flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), params);
+  r.fwd = attention_forward(device, s.q.view(), s.k.view(), s.v.view(), params);
   r.seconds_forward = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  r.bwd = flash_backward_cpu(s.q.view(), s.k.view(), s.v.view(), r.fwd.o.view(), r.fwd.o_fp32.view(),
+  r.bwd = attention_backward(device, s.q.view(), s.k.view(), s.v.view(), r.fwd.o.view(), r.fwd.o_fp32.view(),
                              r.fwd.lse.view(), s.dout.view(), params);
   r.seconds_backward = seconds_since(t0);
   r.o = compare(r.fwd.o.view(), oracle.fwd.o.view());

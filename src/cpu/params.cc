@@ -26,6 +26,7 @@ const char* projection_name(Projection p) {
     case Projection::kPWeightedDq: return "pweighted-dq";
     case Projection::kLowRank: return "lowrank";
     case Projection::kTopK: return "topk";
+    case Projection::kTopKRest: return "topk-rest";
     case Projection::kDelta: return "delta";
     case Projection::kInTile: return "intile";
   }
@@ -39,7 +40,7 @@ const std::vector<Variant>& all_variants() {
 
 const std::vector<Projection>& all_projections() {
   static const std::vector<Projection> p{Projection::kNone,    Projection::kUniform,     Projection::kPWeighted,
-                                         Projection::kPWeightedDq, Projection::kLowRank, Projection::kTopK,
+                                         Projection::kPWeightedDq, Projection::kLowRank, Projection::kTopK, Projection::kTopKRest,
                                          Projection::kDelta,   Projection::kInTile};
   return p;
 }

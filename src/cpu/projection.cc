@@ -62,7 +62,7 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
   if (kind_ == Projection::kPWeighted || kind_ == Projection::kPWeightedDq) {
     pk_.assign(static_cast<size_t>(h_.Nq) * h_.D, 0.0f);
   }
-  if (kind_ == Projection::kTopK) {
+  if (kind_ == Projection::kTopK || kind_ == Projection::kTopKRest) {
     top_p_.assign(static_cast<size_t>(h_.Nq) * k_, -1.0f);
     top_j_.assign(top_p_.size(), -1);
   }
@@ -113,7 +113,7 @@ void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const
     r_raw_[i0 + i] += raw;
     r_[i0 + i] += used;
     s_[i0 + i] += ps;
-    if (kind_ == Projection::kTopK) {
+    if (!top_p_.empty()) {
       float* tp = &top_p_[(i0 + i) * k_];
       int64_t* tj = &top_j_[(i0 + i) * k_];
       for (int j = 0; j < cols; ++j) {
@@ -142,8 +142,8 @@ void RowProjection::dk_pweighted_tile(int64_t i0, int rows, int64_t j0, int cols
   gemm_.tn(cols, h_.D, rows, W.data(), cols, h_.Q + i0 * h_.D, h_.D, h_.dKacc + j0 * h_.D, h_.D, true);
 }
 
-void RowProjection::uniform_dq() {
-  // dQ_i -= (r_i / n_i) sum_{j in J_i} K_j; J_i is a prefix of the keys, so a running prefix sum serves all rows.
+void RowProjection::uniform_dq(const std::vector<float>& coef) {
+  // dQ_i -= coef_i sum_{j in J_i} K_j; J_i is a prefix of the keys, so a running prefix sum serves all rows.
   const int D = h_.D;
   std::vector<double> prefix(static_cast<size_t>(D), 0.0);
   int64_t summed = 0;
@@ -152,23 +152,66 @@ void RowProjection::uniform_dq() {
     for (; summed < n; ++summed)
       for (int e = 0; e < D; ++e) prefix[e] += h_.K[summed * D + e];
     if (n == 0) continue;
-    const double c = double(r_[i]) / double(n);
-    for (int e = 0; e < D; ++e) h_.dQacc[i * D + e] -= static_cast<float>(c * prefix[e]);
+    for (int e = 0; e < D; ++e) h_.dQacc[i * D + e] -= static_cast<float>(coef[i] * prefix[e]);
   }
 }
 
-void RowProjection::uniform_dk() {
-  // dK_j -= sum_{i : j in J_i} (r_i / n_i) Q_i; rows that see key j form a suffix, so a suffix sum serves.
+void RowProjection::uniform_dk(const std::vector<float>& coef) {
+  // dK_j -= sum_{i : j in J_i} coef_i Q_i; rows that see key j form a suffix, so a suffix sum serves.
   const int D = h_.D;
   std::vector<double> suffix(static_cast<size_t>(D), 0.0);
   int64_t i = h_.Nq;
   for (int64_t j = h_.Nk - 1; j >= 0; --j) {
     while (i > 0 && visible_count(i - 1) > j) {
       --i;
-      const double c = double(r_[i]) / double(visible_count(i));
-      for (int e = 0; e < D; ++e) suffix[e] += c * h_.Q[i * D + e];
+      for (int e = 0; e < D; ++e) suffix[e] += double(coef[i]) * h_.Q[i * D + e];
     }
     for (int e = 0; e < D; ++e) h_.dKacc[j * D + e] -= static_cast<float>(suffix[e]);
+  }
+}
+
+std::vector<float> RowProjection::uniform_coefficients() const {
+  std::vector<float> coef(static_cast<size_t>(h_.Nq), 0.0f);
+  for (int64_t i = 0; i < h_.Nq; ++i) {
+    const int64_t n = visible_count(i);
+    if (n > 0) coef[i] = r_[i] / static_cast<float>(n);
+  }
+  return coef;
+}
+
+void RowProjection::topk_finish(bool spread_rest) {
+  // Weights w_ij = bf16(P_ij) / s_i on the k largest entries of row i. Without spread_rest the k entries
+  // take all of r_i (mass renormalised to the top k); with it they take c_i P_ij (c_i = r_i / s_i) and the
+  // rest of the row's P mass, s_i - sum_top P, is spread uniformly over the other visible keys.
+  const int D = h_.D;
+  std::vector<float> rest_coef(static_cast<size_t>(h_.Nq), 0.0f);
+  for (int64_t i = 0; i < h_.Nq; ++i) {
+    const float* tp = &top_p_[i * k_];
+    const int64_t* tj = &top_j_[i * k_];
+    int count = 0;
+    float mass = 0.0f;
+    for (; count < k_ && tj[count] >= 0; ++count) mass += tp[count];
+    if (!(mass > 0.0f)) continue;
+    const int64_t n_rest = visible_count(i) - count;
+    const float rest = s_[i] - mass;
+    const bool spread = spread_rest && n_rest > 0 && rest > 0.0f;
+    const float c = spread ? r_[i] / s_[i] : r_[i] / mass;
+    if (spread) rest_coef[i] = c * rest / static_cast<float>(n_rest);
+    float removed = spread ? rest_coef[i] * static_cast<float>(n_rest) : 0.0f;
+    for (int t = 0; t < count; ++t) {
+      // The uniform sweep below also hits the top entries; their own weight is taken net of it.
+      const float w = c * tp[t] - rest_coef[i];
+      removed += c * tp[t];
+      for (int e = 0; e < D; ++e) {
+        h_.dQacc[i * D + e] -= w * h_.K[tj[t] * D + e];
+        h_.dKacc[tj[t] * D + e] -= w * h_.Q[i * D + e];
+      }
+    }
+    r_after_[i] = r_[i] - removed;
+  }
+  if (spread_rest) {
+    uniform_dq(rest_coef);
+    uniform_dk(rest_coef);
   }
 }
 
@@ -180,14 +223,16 @@ void RowProjection::finish() {
     case Projection::kDelta:
     case Projection::kInTile:
       return;  // no output correction; row sums after = those the GEMMs used
-    case Projection::kUniform:
-      uniform_dq();
-      uniform_dk();
+    case Projection::kUniform: {
+      const std::vector<float> coef = uniform_coefficients();
+      uniform_dq(coef);
+      uniform_dk(coef);
       for (int64_t i = 0; i < h_.Nq; ++i) {
         const int64_t n = visible_count(i);
         if (n > 0) r_after_[i] = r_[i] - static_cast<float>(n) * (r_[i] / static_cast<float>(n));
       }
       return;
+    }
     case Projection::kPWeighted:
     case Projection::kPWeightedDq:
     case Projection::kLowRank:
@@ -205,27 +250,11 @@ void RowProjection::finish() {
         }
         r_after_[i] = r_[i] - c * s_[i];
       }
-      if (kind_ != Projection::kPWeighted) uniform_dk();
+      if (kind_ != Projection::kPWeighted) uniform_dk(uniform_coefficients());
       return;
     case Projection::kTopK:
-      for (int64_t i = 0; i < h_.Nq; ++i) {
-        const float* tp = &top_p_[i * k_];
-        const int64_t* tj = &top_j_[i * k_];
-        float mass = 0.0f;
-        for (int t = 0; t < k_ && tj[t] >= 0; ++t) mass += tp[t];
-        if (!(mass > 0.0f)) continue;
-        const float c = r_[i] / mass;
-        float removed = 0.0f;
-        for (int t = 0; t < k_ && tj[t] >= 0; ++t) {
-          const float w = c * tp[t];  // the share of r_i taken off entry (i, tj[t])
-          removed += w;
-          for (int e = 0; e < D; ++e) {
-            h_.dQacc[i * D + e] -= w * h_.K[tj[t] * D + e];
-            h_.dKacc[tj[t] * D + e] -= w * h_.Q[i * D + e];
-          }
-        }
-        r_after_[i] = r_[i] - removed;
-      }
+    case Projection::kTopKRest:
+      topk_finish(kind_ == Projection::kTopKRest);
       return;
   }
 }

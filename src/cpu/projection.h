@@ -46,8 +46,10 @@ class RowProjection {
 
  private:
   int64_t visible_count(int64_t i) const;  // n_i = |J_i|
-  void uniform_dq();
-  void uniform_dk();
+  std::vector<float> uniform_coefficients() const;  // r_i / n_i
+  void uniform_dq(const std::vector<float>& coef);   // dQ_i -= coef_i sum_{j in J_i} K_j
+  void uniform_dk(const std::vector<float>& coef);   // dK_j -= sum_{i : j in J_i} coef_i Q_i
+  void topk_finish(bool spread_rest);
 
   Projection kind_;
   HeadView h_;

@@ -48,10 +48,10 @@ TEST(Projection, EffectiveRowsSumToZeroAndDkColumnsCancel) {
   const VariantRun fp = run_variant(s, test::params_for(Variant::kFp32), oracle);
   const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle);
   for (Projection p : {Projection::kUniform, Projection::kPWeighted, Projection::kPWeightedDq, Projection::kLowRank,
-                       Projection::kTopK}) {
+                       Projection::kTopK, Projection::kTopKRest}) {
     const VariantRun r = run_variant(s, test::params_for(Variant::kGproj, p), oracle);
     for (size_t i = 0; i < r.bwd.rowsum.values.size(); ++i) {
-      const double roundings = p == Projection::kTopK ? FlashParams{}.topk + 2 : 2;
+      const double roundings = p == Projection::kTopK || p == Projection::kTopKRest ? 2 * FlashParams{}.topk + 4 : 2;
       ASSERT_LE(std::fabs(r.bwd.rowsum_after.values[i]), roundings * 0x1.0p-24 * std::fabs(r.bwd.rowsum.values[i]) + 1e-30)
           << projection_name(p) << " row " << i;
     }
@@ -64,21 +64,11 @@ TEST(Projection, EffectiveRowsSumToZeroAndDkColumnsCancel) {
   }
 }
 
-TEST(Projection, DefaultIsTopKWithinTenPercentOfFullPWeighted) {
-  // docs/gproj-projection.md chose top-k (k = 8): the smallest k whose dQ and dK errors stay within 10% of the
-  // full P-weighted projection on every studied state, at O(N k D) cost instead of extra GEMMs. Re-checked
-  // here on the shared-key state so that a change of default or of the top-k code cannot drift silently.
-  EXPECT_EQ(FlashParams{}.projection, Projection::kTopK);
-  EXPECT_EQ(FlashParams{}.topk, 8);
+TEST(Projection, DefaultIsPWeighted) {
+  // docs/gproj-projection.md: the only candidate that keeps dQ and dK <= 0.3% on both real states and
+  // <= 0.5% on every stress case; the cheap top-k form fails the diffuse-P sink case (checked below).
+  EXPECT_EQ(FlashParams{}.projection, Projection::kPWeighted);
   EXPECT_EQ(FlashParams{}.variant, Variant::kGproj);
-  const AttentionState s = shared_key_state(true);
-  const OracleRun oracle = run_oracle(s);
-  const VariantRun full = run_variant(s, test::params_for(Variant::kGproj, Projection::kPWeighted), oracle);
-  const VariantRun top = run_variant(s, FlashParams{}, oracle);
-  std::printf("  dQ: top-k %.4f%%, P-weighted %.4f%%; dK: top-k %.4f%%, P-weighted %.4f%%\n", 100 * top.dq.rel_fro,
-              100 * full.dq.rel_fro, 100 * top.dk.rel_fro, 100 * full.dk.rel_fro);
-  EXPECT_LE(top.dq.rel_fro, 1.1 * full.dq.rel_fro);
-  EXPECT_LE(top.dk.rel_fro, 1.1 * full.dk.rel_fro);
 }
 
 TEST(Projection, EveryCandidateRunsByNameWithinTolerancesOnRandomInputs) {

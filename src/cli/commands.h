@@ -1,0 +1,24 @@
+// The small subcommands of `gproj`: `run` (one variant on a state, outputs to a file) and `stress`
+// (list or write the built-in cases). Exercised by tests/cli/commands_test.cc.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace gproj::cli {
+
+struct RunOptions {
+  std::string state, variant = "gproj", device = "cpu", out;
+  bool allow_nonfinite = false;
+};
+
+// Writes o, lse, dq, dk, dv as F32 (exactly the values the variant produced) and provenance metadata.
+int run_one(const RunOptions& options, std::FILE* out);
+
+// Prints each case: name, group, shapes, causal, mechanism.
+int list_stress(const std::string& data_dir, std::FILE* out);
+
+// Writes every case as DIR/<name>.safetensors (the directory is created if missing).
+int write_stress(const std::string& dir, const std::string& data_dir, std::FILE* out);
+
+}  // namespace gproj::cli

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gproj/error.h"
+#include "io/messages.h"
 #include "io/file.h"
 
 namespace gproj {
@@ -19,17 +20,9 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-[[noreturn]] void fail(ErrorCode code, const std::string& what, const std::string& problem) {
-  throw Error(code, what + ": " + problem);
-}
-
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
-std::string format_shape(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+using io::fail;
+using io::format_shape;
+using io::quoted;
 
 std::string format_range(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";

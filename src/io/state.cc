@@ -11,21 +11,14 @@
 #include <vector>
 
 #include "gproj/error.h"
+#include "io/messages.h"
 
 namespace gproj {
 namespace {
 
-[[noreturn]] void fail(ErrorCode code, const std::string& what, const std::string& problem) {
-  throw Error(code, what + ": " + problem);
-}
-
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
-std::string format_shape(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+using io::fail;
+using io::format_shape;
+using io::quoted;
 
 // Shortest decimal that reads back as the same value.
 template <class T>

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gproj/error.h"
+#include "test_util.h"
 #include "gproj/tensor.h"
 
 namespace gproj {
@@ -19,15 +20,7 @@ struct Inputs {
         v({B, Nk, Hkv, D}, bf16::from_float(-1.0f)), dout({B, Nq, H, D}, bf16::from_float(2.0f)) {}
 };
 
-void expect_error(ErrorCode code, const std::string& needle, const std::function<void()>& f) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(AttentionShapes, AcceptsGqaAndReturnsDims) {
   Inputs in(2, 5, 7, 6, 3, 16);

@@ -8,35 +8,15 @@
 
 #include "cpu/test_support.h"
 #include "gproj/error.h"
+#include "test_util.h"
 
 namespace gproj {
 namespace {
 
-struct Case {
-  int64_t Nq, Nk, H, Hkv, D;
-  bool causal;
-  int block_q, block_k;
-};
+using test::Case;
+using test::state_for;
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  return "q" + std::to_string(c.Nq) + "_k" + std::to_string(c.Nk) + "_h" + std::to_string(c.H) + "x" +
-         std::to_string(c.Hkv) + "_d" + std::to_string(c.D) + (c.causal ? "_causal" : "_full") + "_b" +
-         std::to_string(c.block_q) + "x" + std::to_string(c.block_k);
-}
-
-AttentionState state_for(const Case& c, uint64_t seed) {
-  SyntheticSpec s;
-  s.B = 2;
-  s.Nq = c.Nq;
-  s.Nk = c.Nk;
-  s.H = c.H;
-  s.Hkv = c.Hkv;
-  s.D = c.D;
-  s.causal = c.causal;
-  s.seed = seed;
-  return make_synthetic(s);
-}
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return test::case_name(info.param); }
 
 class ForwardSweep : public ::testing::TestWithParam<Case> {};
 
@@ -214,15 +194,7 @@ TEST(Forward, FwdfixBetaUnderflowBound) {
   }
 }
 
-void expect_error(ErrorCode code, const std::string& needle, const std::function<void()>& f) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(Forward, BadInputsRaiseTypedErrors) {
   Case c{8, 8, 2, 2, 32, false, 64, 64};

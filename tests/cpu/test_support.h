@@ -26,6 +26,33 @@ inline Tolerances derive_tolerances(const VariantRun& fp32, const OracleRun& ora
           derived(fp32.dk, oracle.bwd.dk.view()), derived(fp32.dv, oracle.bwd.dv.view())};
 }
 
+// One shape of the awkward-size sweeps: extents, causality and tile sizes.
+struct Case {
+  int64_t Nq, Nk, H, Hkv, D;
+  bool causal;
+  int block_q, block_k;
+};
+
+inline std::string case_name(const Case& c) {
+  return "q" + std::to_string(c.Nq) + "_k" + std::to_string(c.Nk) + "_h" + std::to_string(c.H) + "x" +
+         std::to_string(c.Hkv) + "_d" + std::to_string(c.D) + (c.causal ? "_causal" : "_full") + "_b" +
+         std::to_string(c.block_q) + "x" + std::to_string(c.block_k);
+}
+
+// Fresh Gaussian inputs (B = 2) of a case; never zeros.
+inline AttentionState state_for(const Case& c, uint64_t seed) {
+  SyntheticSpec s;
+  s.B = 2;
+  s.Nq = c.Nq;
+  s.Nk = c.Nk;
+  s.H = c.H;
+  s.Hkv = c.Hkv;
+  s.D = c.D;
+  s.causal = c.causal;
+  s.seed = seed;
+  return make_synthetic(s);
+}
+
 inline FlashParams params_for(Variant v, Projection p = FlashParams{}.projection) {
   FlashParams f;
   f.variant = v;

@@ -66,14 +66,7 @@ TEST_P(BackwardSweep, EveryVariantWithinDerivedTolerance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Awkward, BackwardSweep,
-    ::testing::Values(Case{1, 97, 2, 2, 64, false, 64, 64}, Case{1, 97, 2, 1, 64, true, 64, 64},
-                      Case{97, 97, 2, 1, 32, true, 64, 64}, Case{97, 97, 2, 2, 128, false, 32, 48},
-                      Case{1025, 1025, 1, 1, 64, true, 64, 64}, Case{97, 1025, 2, 1, 64, true, 64, 128},
-                      Case{1025, 97, 1, 1, 32, true, 128, 32}, Case{64, 200, 4, 2, 128, false, 64, 64},
-                      Case{200, 64, 4, 1, 64, false, 16, 16}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Awkward, BackwardSweep, ::testing::ValuesIn(test::awkward_cases()), case_name);
 
 TEST(Backward, RowResidualComesFromTheBf16Rounding) {
   // Stage: dS row sums. In the fp32 variant delta comes from the FP32 O and dS is never rounded, so

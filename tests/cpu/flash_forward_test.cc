@@ -44,14 +44,7 @@ TEST_P(ForwardSweep, EveryVariantWithinDerivedTolerance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Awkward, ForwardSweep,
-    ::testing::Values(Case{1, 97, 2, 2, 64, false, 64, 64}, Case{1, 97, 2, 2, 64, true, 64, 64},
-                      Case{97, 97, 2, 1, 32, true, 64, 64}, Case{97, 97, 2, 2, 128, false, 32, 48},
-                      Case{1025, 1025, 1, 1, 64, true, 64, 64}, Case{97, 1025, 2, 1, 64, true, 64, 128},
-                      Case{1025, 97, 1, 1, 32, true, 128, 32}, Case{64, 200, 4, 2, 128, false, 64, 64},
-                      Case{200, 64, 4, 1, 64, false, 16, 16}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Awkward, ForwardSweep, ::testing::ValuesIn(test::awkward_cases()), case_name);
 
 TEST(Forward, RowsWithoutVisibleKeysGiveZeroAndMinusInfLse) {
   Case c{10, 4, 1, 1, 32, true, 4, 4};

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "gproj/evaluate.h"
 #include "gproj/synthetic.h"
@@ -37,6 +38,16 @@ inline std::string case_name(const Case& c) {
   return "q" + std::to_string(c.Nq) + "_k" + std::to_string(c.Nk) + "_h" + std::to_string(c.H) + "x" +
          std::to_string(c.Hkv) + "_d" + std::to_string(c.D) + (c.causal ? "_causal" : "_full") + "_b" +
          std::to_string(c.block_q) + "x" + std::to_string(c.block_k);
+}
+
+// The awkward sizes of GUIDE §4 shared by the forward and backward sweeps: length 1, 97, 1025, Nq != Nk both
+// ways, fully masked rows (causal, Nq > Nk), GQA and MQA, D in {32, 64, 128}, tiles that do not divide N.
+inline std::vector<Case> awkward_cases() {
+  return {Case{1, 97, 2, 2, 64, false, 64, 64},      Case{1, 97, 2, 1, 64, true, 64, 64},
+          Case{97, 97, 2, 1, 32, true, 64, 64},      Case{97, 97, 2, 2, 128, false, 32, 48},
+          Case{1025, 1025, 1, 1, 64, true, 64, 64},  Case{97, 1025, 2, 1, 64, true, 64, 128},
+          Case{1025, 97, 1, 1, 32, true, 128, 32},   Case{64, 200, 4, 2, 128, false, 64, 64},
+          Case{200, 64, 4, 1, 64, false, 16, 16}};
 }
 
 // Fresh Gaussian inputs (B = 2) of a case; never zeros.

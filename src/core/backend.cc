@@ -1,8 +1,13 @@
-// Device dispatch: CPU emulator always; CUDA only in builds with the CUDA kernels (none yet in this build).
+// Device dispatch: CPU emulator always; CUDA in builds with the kernels (GPROJ_WITH_CUDA) and a visible device.
 // Exercised by `gproj check --device` and tests/cli/check_test.cc.
 #include "gproj/backend.h"
 
 #include "gproj/error.h"
+
+#ifdef GPROJ_WITH_CUDA
+#include "cuda/host_dispatch.h"
+#include "gproj/cuda/attention_cuda.h"
+#endif
 
 namespace gproj {
 
@@ -25,13 +30,20 @@ Device parse_device(const std::string& name) {
 
 bool device_available(Device d, std::string* why) {
   if (d == Device::kCpu) return true;
-  if (why) *why = "this gproj was built without the CUDA kernels";
+#ifdef GPROJ_WITH_CUDA
+  return cuda::available(why);
+#else
+  if (why) *why = "this gproj was built without the CUDA kernels (no nvcc at configure time)";
   return false;
+#endif
 }
 
 ForwardResult attention_forward(Device d, const TensorView<const bf16>& q, const TensorView<const bf16>& k,
                                 const TensorView<const bf16>& v, const FlashParams& params) {
   require(d);
+#ifdef GPROJ_WITH_CUDA
+  if (d == Device::kCuda) return cuda::forward_from_host(q, k, v, params);
+#endif
   return flash_forward_cpu(q, k, v, params);
 }
 
@@ -40,6 +52,9 @@ BackwardResult attention_backward(Device d, const TensorView<const bf16>& q, con
                                   const TensorView<const float>& o_fp32, const TensorView<const float>& lse,
                                   const TensorView<const bf16>& dout, const FlashParams& params) {
   require(d);
+#ifdef GPROJ_WITH_CUDA
+  if (d == Device::kCuda) return cuda::backward_from_host(q, k, v, o, o_fp32, lse, dout, params);
+#endif
   return flash_backward_cpu(q, k, v, o, o_fp32, lse, dout, params);
 }
 

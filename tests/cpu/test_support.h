@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ inline std::vector<Case> awkward_cases() {
           Case{1025, 97, 1, 1, 32, true, 128, 32},   Case{64, 200, 4, 2, 128, false, 64, 64},
           Case{200, 64, 4, 1, 64, false, 16, 16}};
 }
+
+// Names a Case in gtest's messages instead of a byte dump.
+inline void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
 // Fresh Gaussian inputs (B = 2) of a case; never zeros.
 inline AttentionState state_for(const Case& c, uint64_t seed) {

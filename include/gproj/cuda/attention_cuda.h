@@ -1,0 +1,47 @@
+// Torch-free launch API of the CUDA attention kernels: device pointers with element strides, a stream, and a
+// status with a message. Exercised by tests/cuda/* on the GPU machine and by the PyTorch binding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gproj/attention.h"
+
+namespace gproj::cuda {
+
+struct Status {
+  bool ok = true;
+  std::string message;  // what went wrong, naming the argument or the CUDA error
+};
+
+// A BF16 or FP32 tensor in device memory: (B, N, H, D) or (B, H, N) with element strides.
+struct DeviceTensor {
+  void* data = nullptr;
+  int64_t stride[4] = {0, 0, 0, 0};
+};
+
+struct Problem {
+  int64_t B = 0, Nq = 0, Nk = 0, H = 0, Hkv = 0, D = 0;
+  float softmax_scale = 0;  // > 0
+  FlashParams params;       // variant, causal, beta, projection; block sizes are the kernel's own
+};
+
+// Whether this build has the kernels and a device is visible; when not, `why` says what is missing.
+bool available(std::string* why);
+
+// O (B, Nq, H, D) BF16 and LSE (B, H, Nq) FP32 from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
+// o_fp32 (B, Nq, H, D) FP32 may be null; when given it receives acc / l before the BF16 rounding.
+Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+               const DeviceTensor& o, const DeviceTensor& lse, const DeviceTensor& o_fp32, void* stream);
+
+// Bytes of scratch memory backward() needs for this problem (FP32 accumulators, row statistics).
+size_t backward_workspace_bytes(const Problem& p);
+
+// dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D) BF16 from the forward's o, lse and dout (B, Nq, H, D).
+// o_fp32 is required by Variant::kFp32 (as on the CPU). `workspace` holds backward_workspace_bytes(p) bytes.
+Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse,
+                const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv,
+                void* workspace, void* stream);
+
+}  // namespace gproj::cuda

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One command for the GPU machine: unpack the carried Debian build deps, build everything with all cores,
+# run the C++ tests (GPU ones included), compute-sanitizer on small cases, the audit on the GPU, and print a
+# short summary last. Logs and reports go to $OUT. Usage (device tool): bash scripts/device_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/gproj-out}"
+mkdir -p "$out"
+deps=/tmp/gproj-deps
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+if [ -d .deps/debs ]; then
+  mkdir -p "$deps"
+  for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+fi
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
+  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1; } | tee "$out/env.txt"
+
+t0=$(date +%s)
+cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
+  -DGPROJ_BUILD_BENCH=OFF -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
+  && cmake --build build/device -j "$(nproc)" >"$out/build.log" 2>&1
+rc=$?
+note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
+if [ $rc -ne 0 ]; then tail -40 "$out/configure.log" "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
+
+t0=$(date +%s)
+ctest --test-dir build/device -j 8 --output-on-failure >"$out/ctest.log" 2>&1
+note "ctest: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
+note "cuda_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
+
+small='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q97_k97_h2x2_d128*'
+for tool in memcheck racecheck; do
+  t0=$(date +%s)
+  compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
+    >"$out/sanitizer_$tool.log" 2>&1
+  note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
+done
+
+t0=$(date +%s)
+build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
+  --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
+note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
+grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30
+
+echo
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,248 @@
+// CUDA backward, reference version (v0): preprocess (B1 delta), main loop per key block over query blocks
+// with BF16 rounding at B4, the P-weighted projection's statistics and dK sweep, and the postprocess.
+// FP32 CUDA-core tiles; same tiles and rounding points as the CPU emulator. Exercised by tests/cuda/*.
+#pragma once
+
+#include "cuda/kernel_common.cuh"
+
+namespace gproj::cuda::detail {
+
+// B1: delta_i = sum_d dO_id O_id in FP32 (sequential over d, like the CPU), from the BF16 O or the FP32 O.
+__global__ void bwd_preprocess_kernel(const KernelParams p) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // over (B, H, Nq)
+  if (idx >= static_cast<int64_t>(p.B) * p.H * p.Nq) return;
+  const int i = static_cast<int>(idx % p.Nq), h = static_cast<int>((idx / p.Nq) % p.H);
+  const int b = static_cast<int>(idx / (static_cast<int64_t>(p.Nq) * p.H));
+  float acc = 0.0f;
+  for (int d = 0; d < p.D; ++d) {
+    const float o = p.o_fp32 ? p.o_fp32[((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * p.D + d]
+                             : load_bf16(p.o, b, i, h, d);
+    acc = __fadd_rn(acc, __fmul_rn(load_bf16(p.dout, b, i, h, d), o));
+  }
+  p.delta[idx] = acc;
+}
+
+// Dynamic shared memory: sK, sQ (rows, D+1), sV, sdO (rows, D+1), sP, sdS (BQ, BK+1), sL, sDelta (BQ).
+template <int D>
+constexpr size_t bwd_smem_bytes() {
+  return sizeof(float) * (4 * kBlockQ * (D + 1) + 2 * kBlockQ * (kBlockK + 1) + 2 * kBlockQ);
+}
+
+// P of the tile row r, columns half*32.., recomputed from the LSE; masked and empty rows give 0.
+template <int D>
+__device__ __forceinline__ void p_row(const KernelParams& p, const float* sQ, const float* sK, const float* sL,
+                                      int r, int half, int i0, int j0, int rows, int cols, float* out) {
+  constexpr int kCols = kBlockK / 2;
+  const int limit = last_visible(p, i0 + r);
+  const float L = sL[r];
+#pragma unroll 4
+  for (int c = 0; c < kCols; ++c) {
+    const int jj = half * kCols + c;
+    float dot = 0.0f;
+#pragma unroll 8
+    for (int d = 0; d < D; ++d) dot = fmaf(sQ[r * (D + 1) + d], sK[jj * (D + 1) + d], dot);
+    const bool visible = r < rows && jj < cols && j0 + jj <= limit && L != neg_inf();
+    out[c] = visible ? expf(p.scale * dot - L) : 0.0f;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void load_rows(const KernelParams& p, const Strided& src, float* dst, int b, int h,
+                                          int n0, int count, int N) {
+  for (int x = threadIdx.x; x < kBlockQ * D; x += kThreads) {
+    const int rr = x / D, d = x % D;
+    dst[rr * (D + 1) + d] = rr < count && n0 + rr < N ? load_bf16(src, b, n0 + rr, h, d) : 0.0f;
+  }
+}
+
+template <int D, bool kRound, bool kPWeighted>
+__global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const KernelParams p) {
+  extern __shared__ float smem[];
+  float* sK = smem;                          // (BK, D+1)
+  float* sV = sK + kBlockK * (D + 1);        // (BK, D+1)
+  float* sQ = sV + kBlockK * (D + 1);        // (BQ, D+1)
+  float* sdO = sQ + kBlockQ * (D + 1);       // (BQ, D+1)
+  float* sP = sdO + kBlockQ * (D + 1);       // (BQ, BK+1), bf16(P) (or P for fp32)
+  float* sdS = sP + kBlockQ * (kBlockK + 1); // (BQ, BK+1), bf16(dS) (or dS)
+  float* sL = sdS + kBlockQ * (kBlockK + 1); // (BQ)
+  float* sDelta = sL + kBlockQ;              // (BQ)
+  constexpr int kCols = kBlockK / 2, kHalfD = D / 2;
+  const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * kBlockK;
+  const int hk = h / (p.H / p.Hkv);
+  const int t = threadIdx.x, r = t >> 1, half = t & 1;
+  const int cols = min(kBlockK, p.Nk - j0);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  load_rows<D>(p, p.k, sK, b, hk, j0, cols, p.Nk);
+  load_rows<D>(p, p.v, sV, b, hk, j0, cols, p.Nk);
+  float dk[kHalfD], dv[kHalfD];
+#pragma unroll
+  for (int e = 0; e < kHalfD; ++e) dk[e] = dv[e] = 0.0f;
+  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  for (int i0 = first / kBlockQ * kBlockQ; i0 < p.Nq; i0 += kBlockQ) {
+    const int rows = min(kBlockQ, p.Nq - i0);
+    __syncthreads();
+    load_rows<D>(p, p.q, sQ, b, h, i0, rows, p.Nq);
+    load_rows<D>(p, p.dout, sdO, b, h, i0, rows, p.Nq);
+    if (t < kBlockQ) {
+      sL[t] = t < rows ? p.lse[bh * p.Nq + i0 + t] : neg_inf();
+      sDelta[t] = t < rows ? p.delta[bh * p.Nq + i0 + t] : 0.0f;
+    }
+    __syncthreads();
+    float pr[kCols];
+    p_row<D>(p, sQ, sK, sL, r, half, i0, j0, rows, cols, pr);
+    float rsum = 0.0f, psum = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < kCols; ++c) {
+      const int jj = half * kCols + c;
+      float dp = 0.0f;
+#pragma unroll 8
+      for (int d = 0; d < D; ++d) dp = fmaf(sdO[r * (D + 1) + d], sV[jj * (D + 1) + d], dp);
+      const float ds = pr[c] * (dp - sDelta[r]);
+      const float dsb = kRound ? round_bf16(ds) : ds;  // B4
+      const float pb = kRound ? round_bf16(pr[c]) : pr[c];
+      sdS[r * (kBlockK + 1) + jj] = dsb;
+      sP[r * (kBlockK + 1) + jj] = pb;
+      rsum += dsb;
+      psum += pb;
+    }
+    rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
+    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+    if (half == 0 && r < rows) {
+      atomicAdd(&p.rowsum[bh * p.Nq + i0 + r], rsum);
+      atomicAdd(&p.psum[bh * p.Nq + i0 + r], psum);
+    }
+    __syncthreads();
+    // dV_j += P^T dO, dK_j += dS^T Q for key row r of this block (thread's half of D).
+#pragma unroll
+    for (int e = 0; e < kHalfD; ++e) {
+      const int d = half * kHalfD + e;
+      float a = dv[e], c = dk[e];
+      for (int ii = 0; ii < rows; ++ii) {
+        a = fmaf(sP[ii * (kBlockK + 1) + r], sdO[ii * (D + 1) + d], a);
+        c = fmaf(sdS[ii * (kBlockK + 1) + r], sQ[ii * (D + 1) + d], c);
+      }
+      dv[e] = a;
+      dk[e] = c;
+    }
+    // dQ_i += dS K (and P K for the projection) for query row r of this block.
+    if (r < rows) {
+      float* dq = p.dq_acc + (bh * p.Nq + i0 + r) * D;
+      float* pk = kPWeighted ? p.pk + (bh * p.Nq + i0 + r) * D : nullptr;
+      for (int e = 0; e < kHalfD; ++e) {
+        const int d = half * kHalfD + e;
+        float a = 0.0f, c = 0.0f;
+        for (int jj = 0; jj < cols; ++jj) {
+          a = fmaf(sdS[r * (kBlockK + 1) + jj], sK[jj * (D + 1) + d], a);
+          if (kPWeighted) c = fmaf(sP[r * (kBlockK + 1) + jj], sK[jj * (D + 1) + d], c);
+        }
+        atomicAdd(&dq[d], a);
+        if (kPWeighted) atomicAdd(&pk[d], c);
+      }
+    }
+  }
+  if (r >= cols) return;
+  float* dka = p.dk_acc + (bh * p.Nk + j0 + r) * D;
+  float* dva = p.dv_acc + (bh * p.Nk + j0 + r) * D;
+#pragma unroll
+  for (int e = 0; e < kHalfD; ++e) {
+    dka[half * kHalfD + e] = dk[e];
+    dva[half * kHalfD + e] = dv[e];
+  }
+}
+
+// P-weighted projection, dK side: dK_j -= sum_i bf16(P_ij) c_i Q_i with c_i = r_i / s_i (known only now).
+template <int D, bool kRound>
+__global__ void __launch_bounds__(kThreads) flash_bwd_dk_sweep_kernel(const KernelParams p) {
+  extern __shared__ float smem[];
+  float* sK = smem;
+  float* sQ = sK + kBlockK * (D + 1);
+  float* sW = sQ + kBlockQ * (D + 1);        // (BQ, BK+1): bf16(P_ij) c_i
+  float* sL = sW + kBlockQ * (kBlockK + 1);
+  float* sC = sL + kBlockQ;
+  constexpr int kCols = kBlockK / 2, kHalfD = D / 2;
+  const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * kBlockK;
+  const int hk = h / (p.H / p.Hkv);
+  const int t = threadIdx.x, r = t >> 1, half = t & 1;
+  const int cols = min(kBlockK, p.Nk - j0);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  load_rows<D>(p, p.k, sK, b, hk, j0, cols, p.Nk);
+  float corr[kHalfD];
+#pragma unroll
+  for (int e = 0; e < kHalfD; ++e) corr[e] = 0.0f;
+  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  for (int i0 = first / kBlockQ * kBlockQ; i0 < p.Nq; i0 += kBlockQ) {
+    const int rows = min(kBlockQ, p.Nq - i0);
+    __syncthreads();
+    load_rows<D>(p, p.q, sQ, b, h, i0, rows, p.Nq);
+    if (t < kBlockQ) {
+      const bool in = t < rows;
+      sL[t] = in ? p.lse[bh * p.Nq + i0 + t] : neg_inf();
+      const float s = in ? p.psum[bh * p.Nq + i0 + t] : 0.0f;
+      sC[t] = s > 0.0f ? p.rowsum[bh * p.Nq + i0 + t] / s : 0.0f;
+    }
+    __syncthreads();
+    float pr[kCols];
+    p_row<D>(p, sQ, sK, sL, r, half, i0, j0, rows, cols, pr);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const float pb = kRound ? round_bf16(pr[c]) : pr[c];
+      sW[r * (kBlockK + 1) + half * kCols + c] = pb * sC[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < kHalfD; ++e) {
+      const int d = half * kHalfD + e;
+      float a = corr[e];
+      for (int ii = 0; ii < rows; ++ii) a = fmaf(sW[ii * (kBlockK + 1) + r], sQ[ii * (D + 1) + d], a);
+      corr[e] = a;
+    }
+  }
+  if (r >= cols) return;
+  float* dka = p.dk_acc + (bh * p.Nk + j0 + r) * D;
+#pragma unroll
+  for (int e = 0; e < kHalfD; ++e) dka[half * kHalfD + e] -= corr[e];
+}
+
+template <int D>
+constexpr size_t dk_sweep_smem_bytes() {
+  return sizeof(float) * (kBlockK * (D + 1) + kBlockQ * (D + 1) + kBlockQ * (kBlockK + 1) + 2 * kBlockQ);
+}
+
+// dQ = bf16(scale (dQacc - c_i PK_i)); one thread per element of (B, Nq, H, D).
+template <bool kPWeighted>
+__global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(p.B) * p.Nq * p.H * p.D;
+  if (idx >= total) return;
+  const int d = static_cast<int>(idx % p.D), h = static_cast<int>((idx / p.D) % p.H);
+  const int i = static_cast<int>((idx / (static_cast<int64_t>(p.D) * p.H)) % p.Nq);
+  const int b = static_cast<int>(idx / (static_cast<int64_t>(p.D) * p.H * p.Nq));
+  const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
+  float x = p.dq_acc[row * p.D + d];
+  if (kPWeighted) {
+    const float s = p.psum[row];
+    if (s > 0.0f) x -= (p.rowsum[row] / s) * p.pk[row * p.D + d];
+  }
+  p.dq[idx] = __float2bfloat16_rn(p.scale * x);
+}
+
+// dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order.
+__global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(p.B) * p.Nk * p.Hkv * p.D;
+  if (idx >= total) return;
+  const int d = static_cast<int>(idx % p.D), hk = static_cast<int>((idx / p.D) % p.Hkv);
+  const int j = static_cast<int>((idx / (static_cast<int64_t>(p.D) * p.Hkv)) % p.Nk);
+  const int b = static_cast<int>(idx / (static_cast<int64_t>(p.D) * p.Hkv * p.Nk));
+  const int group = p.H / p.Hkv;
+  float dk = 0.0f, dv = 0.0f;
+  for (int g = 0; g < group; ++g) {
+    const int64_t row = (static_cast<int64_t>(b) * p.H + hk * group + g) * p.Nk + j;
+    dk += p.dk_acc[row * p.D + d];
+    dv += p.dv_acc[row * p.D + d];
+  }
+  p.dk[idx] = __float2bfloat16_rn(p.scale * dk);
+  p.dv[idx] = __float2bfloat16_rn(dv);
+}
+
+}  // namespace gproj::cuda::detail

@@ -1,0 +1,57 @@
+// Device helpers shared by the CUDA attention kernels: problem parameters, BF16 conversions, strided loads.
+// Included by src/cuda/*.cuh; exercised by tests/cuda/*.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace gproj::cuda::detail {
+
+constexpr int kBlockQ = 64;    // query rows per tile (the CPU emulator's default block_q)
+constexpr int kBlockK = 64;    // keys per tile (the CPU emulator's default block_k)
+constexpr int kThreads = 128;  // two threads per tile row
+
+// Strided (B, N, H, D) or (B, H, N) views; element strides.
+struct Strided {
+  const void* data;
+  int64_t s0, s1, s2;  // the last dimension is contiguous
+};
+
+struct KernelParams {
+  int B, Nq, Nk, H, Hkv, D;
+  float scale;
+  bool causal;
+  float beta, tie_tol;
+  Strided q, k, v, o, dout;          // BF16 inputs
+  const float* o_fp32;               // (B, Nq, H, D) contiguous, or null
+  const float* lse;                  // (B, H, Nq) contiguous
+  __nv_bfloat16* o_out;              // forward: (B, Nq, H, D) contiguous
+  float* o_fp32_out;                 // forward: optional
+  float* lse_out;                    // forward
+  // backward workspace, all contiguous FP32
+  float* delta;                      // (B, H, Nq)
+  float* dq_acc;                     // (B, H, Nq, D)
+  float* pk;                         // (B, H, Nq, D) sum_j bf16(P_ij) K_j (P-weighted only)
+  float* rowsum;                     // (B, H, Nq) r_i
+  float* psum;                       // (B, H, Nq) s_i
+  float* dk_acc;                     // (B, H, Nk, D) per query head
+  float* dv_acc;                     // (B, H, Nk, D) per query head
+  __nv_bfloat16 *dq, *dk, *dv;       // outputs, contiguous
+};
+
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ float load_bf16(const Strided& t, int b, int n, int h, int d) {
+  const auto* p = static_cast<const __nv_bfloat16*>(t.data);
+  return __bfloat162float(p[b * t.s0 + n * t.s1 + h * t.s2 + d]);
+}
+
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+// Last key visible to query i (bottom-right causal alignment), or Nk - 1 when not causal.
+__device__ __forceinline__ int last_visible(const KernelParams& p, int i) {
+  return p.causal ? i + p.Nk - p.Nq : p.Nk - 1;
+}
+
+}  // namespace gproj::cuda::detail

@@ -1,0 +1,88 @@
+// The CUDA kernels against the float64 oracle (derived tolerances) and against the CPU emulator of the same
+// variant, on the awkward sizes and the stress suite. Skipped, with the reason, where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpu/test_support.h"
+#include "gproj/backend.h"
+#include "gproj/error.h"
+#include "gproj/stress.h"
+
+namespace gproj {
+namespace {
+
+std::string gpu_missing() {
+  std::string why;
+  return device_available(Device::kCuda, &why) ? std::string() : why;
+}
+
+// Skips the calling test, with the reason, when no GPU is usable (GTEST_SKIP returns from the test body).
+#define GPROJ_REQUIRE_GPU()                                                            \
+  if (const std::string why = gpu_missing(); !why.empty()) GTEST_SKIP() << "CUDA tests need a GPU: " << why
+
+// GPU and CPU run the same algorithm with the same tiles; they differ only in FP32 summation order, so
+// their outputs may differ by a few BF16 rounding flips: at most a third of one output rounding, relative.
+void expect_close_to_cpu(const ErrorStats& gpu_vs_cpu, const TensorView<const double>& ref, const char* what) {
+  EXPECT_LE(gpu_vs_cpu.rel_fro, bf16_rounding_error(ref) / 3 + 1e-7) << what << ": " << describe(gpu_vs_cpu);
+}
+
+class CudaSweep : public ::testing::TestWithParam<test::Case> {};
+
+TEST_P(CudaSweep, EveryVariantMatchesOracleAndCpu) {
+  GPROJ_REQUIRE_GPU();
+  test::Case c = GetParam();
+  c.block_q = c.block_k = 64;  // the kernels' tile sizes
+  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
+  const AttentionState s = test::state_for(c, 3000 + c.Nq * 3 + c.Nk);
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  const test::Tolerances tol = test::derive_tolerances(ref, oracle);
+  for (Variant v : all_variants()) {
+    const VariantRun gpu = run_variant(s, test::params_for(v), oracle, Device::kCuda);
+    const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
+    test::print_evidence(std::string("cuda ") + variant_name(v), gpu);
+    EXPECT_LE(gpu.o.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << variant_name(v);
+    EXPECT_LE(gpu.dq.rel_fro, tol.dq) << variant_name(v);
+    EXPECT_LE(gpu.dk.rel_fro, tol.dk) << variant_name(v);
+    EXPECT_LE(gpu.dv.rel_fro, tol.dv) << variant_name(v);
+    const Tensor<double> cpu_o = to_double(cpu.fwd.o.view()), cpu_dq = to_double(cpu.bwd.dq.view()),
+                         cpu_dk = to_double(cpu.bwd.dk.view()), cpu_dv = to_double(cpu.bwd.dv.view());
+    expect_close_to_cpu(compare(gpu.fwd.o.view(), cpu_o.view()), oracle.fwd.o.view(), "O vs CPU");
+    expect_close_to_cpu(compare(gpu.bwd.dq.view(), cpu_dq.view()), oracle.bwd.dq.view(), "dQ vs CPU");
+    expect_close_to_cpu(compare(gpu.bwd.dk.view(), cpu_dk.view()), oracle.bwd.dk.view(), "dK vs CPU");
+    expect_close_to_cpu(compare(gpu.bwd.dv.view(), cpu_dv.view()), oracle.bwd.dv.view(), "dV vs CPU");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Awkward, CudaSweep, ::testing::ValuesIn(test::awkward_cases()),
+                         [](const auto& param_info) { return test::case_name(param_info.param); });
+
+TEST(Cuda, StressSuiteBars) {
+  GPROJ_REQUIRE_GPU();
+  for (const StressCase& c : stress_suite(GPROJ_TEST_DATA)) {
+    const AttentionState s = c.make();
+    const OracleRun oracle = run_oracle(s);
+    const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle, Device::kCuda);
+    const VariantRun fix = run_variant(s, test::params_for(Variant::kGproj), oracle, Device::kCuda);
+    std::printf("  %-24s cuda baseline dQ %.3f%%, gproj dQ %.3f%% dK %.3f%%\n", c.name.c_str(), 100 * base.dq.rel_fro,
+                100 * fix.dq.rel_fro, 100 * fix.dk.rel_fro);
+    const double bar = c.group == "real" ? 0.003 : 0.005;
+    EXPECT_LE(fix.dq.rel_fro, bar) << c.name;
+    EXPECT_LE(fix.dk.rel_fro, bar) << c.name;
+    if (c.name == "shared-keys") {
+      EXPECT_GE(base.dq.rel_fro, 10 * fix.dq.rel_fro);
+    }
+  }
+}
+
+TEST(Cuda, UnsupportedRequestsAreErrors) {
+  GPROJ_REQUIRE_GPU();
+  test::Case c{64, 64, 2, 2, 32, false, 64, 64};
+  const AttentionState s = test::state_for(c, 1);
+  FlashParams p;
+  EXPECT_THROW(attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), p), Error) << "D = 32";
+}
+
+}  // namespace
+}  // namespace gproj

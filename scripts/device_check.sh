@@ -8,7 +8,9 @@ out="${OUT:-/tmp/gproj-out}"
 mkdir -p "$out"
 deps=/tmp/gproj-deps
 summary=()
-note() { summary+=("$1"); echo "== $1"; }
+note() { summary+=("$1"); echo "== $1" | tee -a "$out/summary.txt"; }
+# One OpenMP team per process: oversubscribed spinning teams made the CPU tests crawl here (first run).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" OMP_WAIT_POLICY=passive
 
 if [ -d .deps/debs ]; then
   mkdir -p "$deps"
@@ -26,22 +28,21 @@ rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
 if [ $rc -ne 0 ]; then tail -40 "$out/configure.log" "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 
+# The CPU suites run in CI; here the GPU ones (each step bounded so a hang still returns a summary).
 t0=$(date +%s)
-ctest --test-dir build/device -j 8 --output-on-failure >"$out/ctest.log" 2>&1
-note "ctest: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
-build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
-note "cuda_tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
+timeout 240 build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
+note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
 
 small='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q97_k97_h2x2_d128*'
 for tool in memcheck racecheck; do
   t0=$(date +%s)
-  compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
+  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
     >"$out/sanitizer_$tool.log" 2>&1
   note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
 done
 
 t0=$(date +%s)
-build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
+timeout 120 build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
 note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30

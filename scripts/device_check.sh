@@ -23,26 +23,26 @@ fi
 t0=$(date +%s)
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DGPROJ_BUILD_BENCH=OFF -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
-  && cmake --build build/device -j "$(nproc)" >"$out/build.log" 2>&1
+  && cmake --build build/device -j "$(nproc)" --target cuda_tests gproj >"$out/build.log" 2>&1
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
 if [ $rc -ne 0 ]; then tail -40 "$out/configure.log" "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 
 # The CPU suites run in CI; here the GPU ones (each step bounded so a hang still returns a summary).
 t0=$(date +%s)
-timeout 240 build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
+timeout 200 build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
 note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
 
 small='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q97_k97_h2x2_d128*'
 for tool in memcheck racecheck; do
   t0=$(date +%s)
-  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
+  timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
     >"$out/sanitizer_$tool.log" 2>&1
   note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
 done
 
 t0=$(date +%s)
-timeout 120 build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
+timeout 90 build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
 note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30

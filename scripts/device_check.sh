@@ -30,19 +30,19 @@ if [ $rc -ne 0 ]; then tail -40 "$out/configure.log" "$out/build.log"; printf '%
 
 # The CPU suites run in CI; here the GPU ones (each step bounded so a hang still returns a summary).
 t0=$(date +%s)
-timeout 200 build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
+timeout 150 build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
 note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
 
-small='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q97_k97_h2x2_d128*'
+small='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q1_k97_h2x2_d64*'
 for tool in memcheck racecheck; do
   t0=$(date +%s)
-  timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
+  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
     >"$out/sanitizer_$tool.log" 2>&1
   note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
 done
 
 t0=$(date +%s)
-timeout 90 build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
+timeout 60 build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
 note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30

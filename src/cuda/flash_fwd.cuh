@@ -62,12 +62,12 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const KernelParams 
     for (int c = 0; c < kCols; ++c) rm = fmaxf(rm, s[c]);
     rm = fmaxf(rm, __shfl_xor_sync(0xffffffffu, rm, 1));
     float cand = rm;
-    if (kTieFix && rm != neg_inf()) {
+    if (kTieFix) {  // the shuffle must be reached by every lane: no data-dependent branch around it
       int ties = 0;
 #pragma unroll
       for (int c = 0; c < kCols; ++c) ties += s[c] >= rm - p.tie_tol ? 1 : 0;
       ties += __shfl_xor_sync(0xffffffffu, ties, 1);
-      if (ties > 1) cand = rm > 0.0f ? p.beta * rm : (rm < 0.0f ? 0.0f : rm);
+      if (rm != neg_inf() && ties > 1) cand = rm > 0.0f ? p.beta * rm : (rm < 0.0f ? 0.0f : rm);
     }
     const float m_new = fmaxf(m, cand);
     float alpha = 1.0f, rowsum = 0.0f;

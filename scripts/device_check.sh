@@ -22,8 +22,8 @@ fi
 
 t0=$(date +%s)
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
-  -DGPROJ_BUILD_BENCH=OFF -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
-  && cmake --build build/device -j "$(nproc)" --target cuda_tests gproj >"$out/build.log" 2>&1
+  -DGPROJ_BUILD_BENCH=ON -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
+  && cmake --build build/device -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench >"$out/build.log" 2>&1
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
 if [ $rc -ne 0 ]; then tail -40 "$out/configure.log" "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
@@ -46,6 +46,11 @@ timeout 60 build/device/gproj check --suite stress --device all --quiet --json "
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
 note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30
+
+t0=$(date +%s)
+timeout 120 build/device/bench/cuda_attention_bench >"$out/cuda_bench.txt" 2>&1
+note "cuda_attention_bench: rc=$? in $(( $(date +%s) - t0 )) s"
+cat "$out/cuda_bench.txt"
 
 echo
 printf '%s\n' "${summary[@]}"

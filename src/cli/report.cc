@@ -69,6 +69,7 @@ std::vector<Bound> parse_bounds(const std::string& spec) {
 
 std::vector<std::string> violations(const CheckRow& row, const std::vector<Bound>& bounds) {
   std::vector<std::string> out;
+  if (!row.skipped.empty()) return out;
   for (const Bound& b : bounds) {
     if (!b.variant.empty() && b.variant != row.variant) continue;
     const double x = metric(row, b.metric);
@@ -109,6 +110,7 @@ nlohmann::json to_json(const CheckReport& r) {
                           {"rowsum_max_before_projection", num(row.rowsum_max_before)},
                           {"dk_colsum_ratio", num(row.dk_colsum_ratio)},
                           {"seconds", row.seconds},
+                          {"skipped", row.skipped.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.skipped)},
                           {"violations", v}});
   }
   j["bounds"] = nlohmann::json::array();
@@ -126,6 +128,11 @@ std::string to_markdown(const CheckReport& r) {
   s += "| case | variant | device | O | dQ | dK | dV | max abs r | sum dK ratio | s | bounds |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const CheckRow& row : r.rows) {
+    if (!row.skipped.empty()) {
+      s += fmt::format("| {} | {} | {} | | | | | | | | skipped: {} |\n", row.case_name, row.variant, row.device,
+                       row.skipped);
+      continue;
+    }
     const std::vector<std::string> v = violations(row, r.bounds);
     std::string b = v.empty() ? "ok" : "";
     for (const std::string& x : v) b += (b.empty() ? "" : "; ") + x;
@@ -151,6 +158,10 @@ std::string to_table(const CheckReport& r) {
   std::string s = fmt::format("{:<24} {:<9} {:<5} {:>8} {:>8} {:>8} {:>8} {:>10} {:>9} {:>7}  {}\n", "case", "variant",
                               "dev", "O", "dQ", "dK", "dV", "max|r|", "|sum dK|", "sec", "bounds");
   for (const CheckRow& row : r.rows) {
+    if (!row.skipped.empty()) {
+      s += fmt::format("{:<24} {:<9} {:<5} skipped: {}\n", row.case_name, row.variant, row.device, row.skipped);
+      continue;
+    }
     const std::vector<std::string> v = violations(row, r.bounds);
     std::string b = r.bounds.empty() ? "" : v.empty() ? "ok" : "FAIL";
     for (const std::string& x : v) b += " " + x;

@@ -23,6 +23,7 @@ struct CheckRow {
   ErrorStats o, lse, dq, dk, dv;
   double rowsum_max_before = 0, rowsum_max_after = 0, dk_colsum_ratio = 0;
   double seconds = 0;  // forward + backward of the variant
+  std::string skipped;  // non-empty: the device cannot run this case (e.g. an unsupported D); no numbers
 };
 
 // "--fail-above [variant:]metric=value,...": metric one of o, dq, dk, dv; a bound without a variant applies

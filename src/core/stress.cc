@@ -114,7 +114,7 @@ std::vector<StressCase> build_synthetic() {
                  return with(spec(97, 1025, 4, 1, 64, false, 171));
                }});
   c.push_back({"masked-rows", "synthetic", "causal with Nq > Nk: the first 100 query rows see no key", [] {
-                 return with(spec(300, 200, 2, 2, 32, true, 181));
+                 return with(spec(300, 200, 2, 2, 64, true, 181));
                }});
   c.push_back({"random-d128", "synthetic", "plain random inputs, D = 128, causal: the control case", [] {
                  return with(spec(1024, 1024, 2, 2, 128, true, 191));

@@ -1,0 +1,127 @@
+// CUDA kernel timing with CUDA events: forward and backward TFLOP/s (GUIDE §5 FLOP counts) of each variant on
+// random BF16 inputs larger than L2. Run on the GPU machine by scripts/device_check.sh (docs/perf-notes.md).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <vector>
+
+#include "gproj/cuda/attention_cuda.h"
+#include "gproj/synthetic.h"
+
+namespace {
+
+#define CHECK(x)                                                                        \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
+      std::exit(2);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+void* upload_random(size_t n, uint64_t seed) {
+  std::vector<__nv_bfloat16> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = __float2bfloat16(static_cast<float>(gproj::gaussian(seed, i)));
+  void* d;
+  CHECK(cudaMalloc(&d, n * 2));
+  CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+gproj::cuda::DeviceTensor dense(void* p, int64_t N, int64_t H, int64_t D) {
+  gproj::cuda::DeviceTensor t;
+  t.data = p;
+  t.stride[0] = N * H * D;
+  t.stride[1] = H * D;
+  t.stride[2] = D;
+  t.stride[3] = 1;
+  return t;
+}
+
+template <class F>
+float median_ms(F f, int reps) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  f();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(a));
+    f();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  using namespace gproj;
+  std::printf("%-9s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
+              "bwd TF/s");
+  struct Shape {
+    int64_t D, N;
+    bool causal;
+  };
+  for (const Shape& shape : {Shape{128, 4096, false}, Shape{128, 4096, true}, Shape{64, 1024, false}}) {
+    {
+      {
+        const int64_t D = shape.D, N = shape.N;
+        const bool causal = shape.causal;
+        const int64_t H = 2048 / D, B = 16384 / N;  // B N = 16k tokens, H D = 2048 (GUIDE §5)
+        const size_t n = static_cast<size_t>(B * N * H * D);
+        void *q = upload_random(n, 1), *k = upload_random(n, 2), *v = upload_random(n, 3), *dout = upload_random(n, 4);
+        void *o, *lse, *ofp, *dq, *dk, *dv;
+        CHECK(cudaMalloc(&o, n * 2));
+        CHECK(cudaMalloc(&ofp, n * 4));
+        CHECK(cudaMalloc(&lse, static_cast<size_t>(B * H * N) * 4));
+        CHECK(cudaMalloc(&dq, n * 2));
+        CHECK(cudaMalloc(&dk, n * 2));
+        CHECK(cudaMalloc(&dv, n * 2));
+        for (Variant var : {Variant::kBaseline, Variant::kGproj}) {
+          cuda::Problem p;
+          p.B = B;
+          p.Nq = p.Nk = N;
+          p.H = p.Hkv = H;
+          p.D = D;
+          p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+          p.params.variant = var;
+          p.params.causal = causal;
+          void* ws;
+          CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));
+          cuda::DeviceTensor tl, none;
+          tl.data = lse;
+          none.data = nullptr;
+          auto fwd = [&] {
+            const cuda::Status s = cuda::forward(p, dense(q, N, H, D), dense(k, N, H, D), dense(v, N, H, D),
+                                                 dense(o, N, H, D), tl, none, nullptr);
+            if (!s.ok) std::fprintf(stderr, "forward: %s\n", s.message.c_str()), std::exit(2);
+          };
+          auto bwd = [&] {
+            const cuda::Status s = cuda::backward(p, dense(q, N, H, D), dense(k, N, H, D), dense(v, N, H, D),
+                                                  dense(o, N, H, D), none, tl, dense(dout, N, H, D),
+                                                  dense(dq, N, H, D), dense(dk, N, H, D), dense(dv, N, H, D), ws,
+                                                  nullptr);
+            if (!s.ok) std::fprintf(stderr, "backward: %s\n", s.message.c_str()), std::exit(2);
+          };
+          const float f = median_ms(fwd, 3), b = median_ms(bwd, 3);
+          const double flops = 4.0 * B * H * N * N * D / (causal ? 2 : 1);
+          std::printf("%-9s %5lld %4lld %6s %9.2f %9.2f %9.1f %9.1f\n", variant_name(var), static_cast<long long>(N),
+                      static_cast<long long>(D), causal ? "yes" : "no", f, b, flops / f / 1e9, 2.5 * flops / b / 1e9);
+          CHECK(cudaFree(ws));
+        }
+        for (void* ptr : {q, k, v, dout, o, ofp, lse, dq, dk, dv}) CHECK(cudaFree(ptr));
+      }
+    }
+  }
+  return 0;
+}

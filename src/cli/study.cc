@@ -28,7 +28,9 @@ int run_study(const StudyOptions& o, std::FILE* out) {
   }
   fmt::print(out, "| case | variant / projection | dQ | dK | dV | max abs r after | dK col-sum ratio | bwd s |\n");
   fmt::print(out, "|---|---|---|---|---|---|---|---|\n");
-  for (const auto& [name, state] : cases) {
+  for (const auto& entry : cases) {
+    const std::string& name = entry.first;  // named copies: lambdas may not capture structured bindings in C++17
+    const AttentionState& state = entry.second;
     fmt::print(stderr, "[study] {}: oracle ...\n", name);
     const OracleRun oracle = run_oracle(state);
     auto row = [&](FlashParams p, const std::string& label) {

@@ -26,7 +26,7 @@ void check_status(const Status& s) {
 
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { check_cuda(cudaMalloc(&ptr_, bytes ? bytes : 1), "malloc"); }
+  explicit DeviceBuffer(size_t bytes) { check_cuda(cudaMalloc(&ptr_, bytes ? bytes : 1), "malloc"); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() { cudaFree(ptr_); }
@@ -42,7 +42,6 @@ class DeviceBuffer {
 
  private:
   void* ptr_ = nullptr;
-  size_t bytes_;
 };
 
 template <class T>

@@ -1,0 +1,95 @@
+# gproj.attention: the torch.library custom ops gproj::attention_forward/backward with fake (meta) and autograd
+# implementations over gproj._C (torch >= 2.4), or an autograd.Function on older torch. Exercised by tests/python/.
+from typing import Optional, Tuple
+
+import torch
+
+from . import _C
+from ._validate import check_attention_args
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
+             variant: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or (0,) when the backward does not read it,
+    lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16."""
+    check_attention_args(q, k, v, softmax_scale, variant)
+    return _C.forward(q, k, v, causal, softmax_scale, variant)
+
+
+def _forward_fake(q, k, v, causal, softmax_scale, variant):
+    check_attention_args(q, k, v, softmax_scale, variant)
+    B, Nq, H, D = q.shape
+    o_fp32_shape = (B, Nq, H, D) if _C.needs_o_fp32(variant) else (0,)
+    return (q.new_empty((B, Nq, H, D)), q.new_empty(o_fp32_shape, dtype=torch.float32),
+            q.new_empty((B, H, Nq), dtype=torch.float32))
+
+
+def _backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              o_fp32: torch.Tensor, lse: torch.Tensor, causal: bool, softmax_scale: Optional[float],
+              variant: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what _forward returned."""
+    return _C.backward(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant)
+
+
+def _backward_fake(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _save(ctx, inputs, outputs) -> None:
+    q, k, v, causal, softmax_scale, variant = inputs
+    o, o_fp32, lse = outputs
+    ctx.save_for_backward(q, k, v, o, o_fp32, lse)
+    ctx.args = (causal, softmax_scale, variant)
+
+
+def _grads(ctx, dout, backward_op):
+    q, k, v, o, o_fp32, lse = ctx.saved_tensors
+    dq, dk, dv = backward_op(dout, q, k, v, o, o_fp32, lse, *ctx.args)
+    return dq, dk, dv, None, None, None
+
+
+class _AttentionFunction(torch.autograd.Function):
+    """The operator for torch < 2.4 (no torch.library.custom_op): eager autograd only, no torch.compile."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, softmax_scale, variant):
+        o, o_fp32, lse = _forward(q, k, v, causal, softmax_scale, variant)
+        _save(ctx, (q, k, v, causal, softmax_scale, variant), (o, o_fp32, lse))
+        return o
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _grads(ctx, dout, _backward)
+
+
+HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")  # torch >= 2.4
+
+if HAS_CUSTOM_OP:
+    attention_forward = torch.library.custom_op("gproj::attention_forward", _forward, mutates_args=())
+    attention_forward.register_fake(_forward_fake)
+    attention_backward = torch.library.custom_op("gproj::attention_backward", _backward, mutates_args=())
+    attention_backward.register_fake(_backward_fake)
+
+    def _setup_context(ctx, inputs, output):
+        _save(ctx, inputs, output)
+        ctx.mark_non_differentiable(output[1], output[2])
+
+    attention_forward.register_autograd(lambda ctx, dout, _d_o_fp32, _d_lse: _grads(ctx, dout, attention_backward),
+                                        setup_context=_setup_context)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              softmax_scale: Optional[float] = None, variant: str = "gproj") -> torch.Tensor:
+    """Softmax attention of BF16 tensors laid out like flash_attn_func's, with gproj's rounding variants.
+
+    q: (B, Nq, H, D), k, v: (B, Nk, Hkv, D) torch.bfloat16 on one device, H % Hkv == 0 (GQA), D a multiple of 8
+    from 8 to 256. causal masks with bottom-right alignment (key j is visible to query i when j <= i + Nk - Nq;
+    a query with no visible key gets 0). softmax_scale defaults to 1/sqrt(D). variant is one of VARIANTS:
+    "fp32", "baseline", "fwdfix" or "gproj" (the default). Returns o: (B, Nq, H, D) torch.bfloat16, differentiable
+    in q, k and v. Raises TypeError for a dtype other than bfloat16 and ValueError for a device mismatch, a shape,
+    a head dim or a variant gproj does not take, or NaN/Inf in an input.
+    """
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if HAS_CUSTOM_OP:
+        return attention_forward(q, k, v, bool(causal), scale, variant)[0]
+    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs torch and pytest in a venv (build/venv), builds the extension gproj._C in place, runs tests/python.
+# Exercised by scripts/test.sh (CI); exits non-zero on any failure, "no tests ran" (pytest 5) included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# torch 2.11 is what the GPU machine runs (GUIDE §6); GPROJ_TORCH picks another, e.g. "torch==2.3.*".
+torch_spec="${GPROJ_TORCH:-torch==2.11.*}"
+venv=build/venv
+start=$SECONDS
+
+bash scripts/setup.sh
+# Debian's python3 needs its headers (the extension) and venv (PEP 668 forbids pip into the system python).
+missing=()
+for p in python3-dev python3-venv; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "python_test: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+[[ -x $venv/bin/python ]] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "$torch_spec" "numpy>=1.26,<3" "pytest>=8,<10" \
+  "setuptools>=70"
+installed=$SECONDS
+
+mkdir -p build/python
+if ! "$venv/bin/python" setup.py build_ext --inplace --build-temp build/python/temp --build-lib build/python/lib \
+  >build/python/build.log 2>&1; then
+  tail -n 60 build/python/build.log >&2
+  echo "python_test: building gproj._C failed (full log: build/python/build.log)" >&2
+  exit 1
+fi
+built=$SECONDS
+torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
+echo "python_test: torch $torch_version; install $((installed - start)) s, build $((built - installed)) s" >&2
+
+# exec: pytest's exit status is the script's (5, no test collected, fails like any other non-zero) and its
+# summary line is the last thing printed.
+PYTHONPATH=python exec "$venv/bin/python" -m pytest tests/python -rs -p no:cacheprovider

@@ -1,0 +1,296 @@
+// gproj._C, the PyTorch binding: the one file that sees at::Tensor. It wraps tensors as TensorViews (no copy)
+// and calls the torch-free core. Exercised by tests/python/test_attention.py through python/gproj/ops.py.
+#include <torch/extension.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gproj/attention.h"
+#include "gproj/build_info.h"
+#include "gproj/error.h"
+#include "gproj/tensor.h"
+
+#ifdef GPROJ_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "gproj/cuda/attention_cuda.h"
+#endif
+
+namespace {
+
+using gproj::bf16;
+using gproj::Error;
+using gproj::ErrorCode;
+using gproj::FlashParams;
+using Tensors3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+static_assert(sizeof(bf16) == sizeof(at::BFloat16) && alignof(bf16) == alignof(at::BFloat16),
+              "gproj::bf16 must share at::BFloat16's layout for the views below");
+
+template <class T>
+constexpr at::ScalarType scalar_type_of();
+template <>
+constexpr at::ScalarType scalar_type_of<bf16>() { return at::kBFloat16; }
+template <>
+constexpr at::ScalarType scalar_type_of<float>() { return at::kFloat; }
+
+// Checks dtype and device of `t` and returns it, copied to a contiguous tensor only when the core cannot read its
+// layout (D not unit-stride, or a broadcast zero stride); a tensor of another dtype is an error, never converted.
+template <class T>
+at::Tensor prepare(const std::string& name, const at::Tensor& t, const at::Device& device) {
+  if (t.scalar_type() != scalar_type_of<T>()) {
+    throw Error(ErrorCode::kDtype, name + " has dtype " + c10::toString(t.scalar_type()) + " but gproj takes " +
+                                       c10::toString(scalar_type_of<T>()) + "; convert it explicitly");
+  }
+  if (t.device() != device) {
+    throw Error(ErrorCode::kInvalidArgument, name + " is on " + t.device().str() + " but q is on " + device.str() +
+                                                 "; all tensors of one call must be on one device");
+  }
+  if (t.dim() > 4) {
+    throw Error(ErrorCode::kShape, name + " has rank " + std::to_string(t.dim()) +
+                                       "; gproj takes (B, N, H, D) and (B, H, N) tensors, rank 4 at most");
+  }
+  bool readable = t.dim() == 0 || t.stride(-1) == 1;
+  for (int64_t i = 0; i < t.dim(); ++i) readable = readable && (t.size(i) == 1 || t.stride(i) > 0);
+  return readable ? t : t.contiguous();
+}
+
+template <class T>
+gproj::TensorView<const T> view_of(const at::Tensor& t) {
+  gproj::TensorView<const T> v;
+  v.data = reinterpret_cast<const T*>(t.const_data_ptr());
+  v.rank = static_cast<int>(t.dim());
+  for (int i = 0; i < v.rank; ++i) {
+    v.shape[i] = t.size(i);
+    v.stride[i] = t.stride(i);
+  }
+  return v;
+}
+
+// Hands an owning core tensor to torch without a copy: the tensor's deleter frees the values.
+template <class T>
+at::Tensor adopt(gproj::Tensor<T>&& t) {
+  auto values = std::make_unique<std::vector<T>>(std::move(t.values));
+  const std::vector<int64_t> sizes(t.shape.begin(), t.shape.begin() + t.rank);
+  std::vector<T>* raw = values.get();
+  at::Tensor out = torch::from_blob(raw->data(), sizes, [raw](void*) { delete raw; },
+                                    at::TensorOptions().dtype(scalar_type_of<T>()));
+  values.release();
+  return out;
+}
+
+FlashParams params_of(bool causal, std::optional<double> softmax_scale, const std::string& variant) {
+  FlashParams p;
+  p.variant = gproj::parse_variant(variant);
+  p.causal = causal;
+  if (softmax_scale) p.softmax_scale = static_cast<float>(*softmax_scale);
+  return p;
+}
+
+// The contract of flash_backward_cpu (and gproj::cuda::backward): the fp32 variant and Projection::kDelta compute
+// delta from the forward's unrounded O, so the forward must hand o_fp32 on; other variants leave it empty.
+bool needs_o_fp32(const FlashParams& p) {
+  return p.variant == gproj::Variant::kFp32 || gproj::effective_projection(p) == gproj::Projection::kDelta;
+}
+
+at::Tensor empty_fp32(const at::Tensor& like) { return at::empty({0}, like.options().dtype(at::kFloat)); }
+
+#ifdef GPROJ_WITH_CUDA
+
+gproj::cuda::DeviceTensor device_tensor(const at::Tensor& t) {
+  gproj::cuda::DeviceTensor d;
+  if (t.numel() == 0) return d;
+  d.data = t.data_ptr();
+  for (int64_t i = 0; i < t.dim(); ++i) d.stride[i] = t.stride(i);
+  return d;
+}
+
+gproj::cuda::Problem problem_of(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashParams& p) {
+  const gproj::AttentionDims d = gproj::check_attention_shapes(view_of<bf16>(q), view_of<bf16>(k), view_of<bf16>(v));
+  gproj::cuda::Problem pr;
+  pr.B = d.B, pr.Nq = d.Nq, pr.Nk = d.Nk, pr.H = d.H, pr.Hkv = d.Hkv, pr.D = d.D;
+  pr.softmax_scale = gproj::resolve_scale(p, d.D);
+  pr.params = p;
+  return pr;
+}
+
+void require_cuda() {
+  std::string why;
+  if (!gproj::cuda::available(&why)) throw std::runtime_error("gproj CUDA kernels unavailable: " + why);
+}
+
+void check(const gproj::cuda::Status& s) {
+  if (!s.ok) throw std::runtime_error("gproj CUDA: " + s.message);
+}
+
+Tensors3 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashParams& p) {
+  require_cuda();
+  const c10::cuda::CUDAGuard guard(q.device());
+  const gproj::cuda::Problem pr = problem_of(q, k, v, p);
+  at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
+  at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
+  at::Tensor o_fp32 = needs_o_fp32(p) ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
+  check(gproj::cuda::forward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
+                             device_tensor(lse), device_tensor(o_fp32), at::cuda::getCurrentCUDAStream().stream()));
+  return {o, o_fp32, lse};
+}
+
+Tensors3 cuda_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& o, const at::Tensor& o_fp32, const at::Tensor& lse, const FlashParams& p) {
+  require_cuda();
+  const c10::cuda::CUDAGuard guard(q.device());
+  const gproj::cuda::Problem pr = problem_of(q, k, v, p);
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  at::Tensor workspace =
+      at::empty({static_cast<int64_t>(gproj::cuda::backward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
+  check(gproj::cuda::backward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
+                              device_tensor(o_fp32), device_tensor(lse), device_tensor(dout), device_tensor(dq),
+                              device_tensor(dk), device_tensor(dv), workspace.numel() ? workspace.data_ptr() : nullptr,
+                              at::cuda::getCurrentCUDAStream().stream()));
+  return {dq, dk, dv};
+}
+
+std::tuple<bool, std::string> cuda_status() {
+  std::string why;
+  const bool ok = gproj::cuda::available(&why);
+  return {ok, why};
+}
+
+#else  // no CUDA kernels in this build: CUDA tensors get one clear error
+
+const char kWithoutCuda[] =
+    "gproj was built without CUDA kernels: move the tensors to the CPU, or rebuild with GPROJ_CUDA=1 "
+    "(docs/pytorch.md)";
+
+Tensors3 cuda_forward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const FlashParams&) {
+  throw std::runtime_error(kWithoutCuda);
+}
+
+Tensors3 cuda_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                       const at::Tensor&, const at::Tensor&, const FlashParams&) {
+  throw std::runtime_error(kWithoutCuda);
+}
+
+std::tuple<bool, std::string> cuda_status() { return {false, kWithoutCuda}; }
+
+#endif
+
+void require_cpu(const at::Device& device) {
+  if (!device.is_cpu()) {
+    throw Error(ErrorCode::kUnsupported, "gproj runs on cpu and cuda tensors, got " + device.str());
+  }
+}
+
+// (o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or empty when the variant's backward does not need it,
+// lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
+Tensors3 forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, bool causal,
+                 std::optional<double> softmax_scale, const std::string& variant) {
+  const FlashParams p = params_of(causal, softmax_scale, variant);
+  const at::Device device = q_in.device();
+  const at::Tensor q = prepare<bf16>("q", q_in, device);
+  const at::Tensor k = prepare<bf16>("k", k_in, device);
+  const at::Tensor v = prepare<bf16>("v", v_in, device);
+  if (device.is_cuda()) return cuda_forward(q, k, v, p);
+  require_cpu(device);
+  gproj::ForwardResult r;
+  {
+    const pybind11::gil_scoped_release no_gil;
+    r = gproj::flash_forward_cpu(view_of<bf16>(q), view_of<bf16>(k), view_of<bf16>(v), p);
+  }
+  at::Tensor o_fp32 = needs_o_fp32(p) ? adopt(std::move(r.o_fp32)) : empty_fp32(q);
+  return {adopt(std::move(r.o)), o_fp32, adopt(std::move(r.lse))};
+}
+
+// (dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what forward() returned.
+Tensors3 backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                  const at::Tensor& o_in, const at::Tensor& o_fp32_in, const at::Tensor& lse_in, bool causal,
+                  std::optional<double> softmax_scale, const std::string& variant) {
+  const FlashParams p = params_of(causal, softmax_scale, variant);
+  const at::Device device = q_in.device();
+  const at::Tensor q = prepare<bf16>("q", q_in, device);
+  const at::Tensor k = prepare<bf16>("k", k_in, device);
+  const at::Tensor v = prepare<bf16>("v", v_in, device);
+  const at::Tensor o = prepare<bf16>("o", o_in, device);
+  const at::Tensor o_fp32 = prepare<float>("o_fp32", o_fp32_in, device);
+  const at::Tensor lse = prepare<float>("lse", lse_in, device);
+  const at::Tensor dout = prepare<bf16>("do", dout_in, device);
+  if (device.is_cuda()) return cuda_backward(dout, q, k, v, o, o_fp32, lse, p);
+  require_cpu(device);
+  gproj::BackwardResult r;
+  {
+    const pybind11::gil_scoped_release no_gil;
+    r = gproj::flash_backward_cpu(view_of<bf16>(q), view_of<bf16>(k), view_of<bf16>(v), view_of<bf16>(o),
+                                  o_fp32.numel() ? view_of<float>(o_fp32) : gproj::TensorView<const float>{},
+                                  view_of<float>(lse), view_of<bf16>(dout), p);
+  }
+  return {adopt(std::move(r.dq)), adopt(std::move(r.dk)), adopt(std::move(r.dv))};
+}
+
+PyObject* python_exception(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kDtype: return PyExc_TypeError;
+    case ErrorCode::kIO: return PyExc_OSError;
+    case ErrorCode::kShape:
+    case ErrorCode::kNonFinite:
+    case ErrorCode::kUnsupported:
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kFormat: return PyExc_ValueError;
+  }
+  return PyExc_RuntimeError;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  m.doc() = "gproj: BF16 attention whose gradients are right (torch binding of the C++ core)";
+  py::register_exception_translator([](std::exception_ptr e) {
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const Error& err) {
+      PyErr_SetString(python_exception(err.code()), err.what());
+    }
+  });
+  m.def("forward", &forward, "o, o_fp32 (empty unless the variant's backward needs it), lse", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("softmax_scale"), py::arg("variant"));
+  m.def("backward", &backward, "dq, dk, dv", py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("o"), py::arg("o_fp32"), py::arg("lse"), py::arg("causal"), py::arg("softmax_scale"),
+        py::arg("variant"));
+  m.def(
+      "variants",
+      [] {
+        std::vector<std::string> names;
+        for (gproj::Variant v : gproj::all_variants()) names.emplace_back(gproj::variant_name(v));
+        return names;
+      },
+      "names of the variants, in the order of gproj::all_variants()");
+  m.def(
+      "needs_o_fp32", [](const std::string& variant) { return needs_o_fp32(params_of(false, std::nullopt, variant)); },
+      "whether the variant's backward reads the forward's FP32 O", py::arg("variant"));
+  m.def("supports_head_dim", &gproj::cpu_supports_head_dim, "whether the kernels accept head dimension D",
+        py::arg("D"));
+  m.def("cuda_status", &cuda_status, "(available, why not)");
+  m.def(
+      "build_info",
+      [] {
+        py::dict d;
+        d["version"] = gproj::build_version();
+        d["git_commit"] = gproj::build_git_commit();
+        d["build_type"] = gproj::build_type();
+        d["compiler"] = gproj::build_compiler();
+#ifdef GPROJ_WITH_CUDA
+        d["cuda_kernels"] = true;
+#else
+        d["cuda_kernels"] = false;
+#endif
+        return d;
+      },
+      "version, git commit, build type, compiler, and whether the CUDA kernels are compiled in");
+}

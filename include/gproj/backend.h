@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gproj/attention.h"
 
@@ -15,6 +17,10 @@ Device parse_device(const std::string& name);  // "cpu" or "cuda"; throws kInval
 
 // Whether `d` can run here; when not, `why` says what is missing (e.g. built without CUDA).
 bool device_available(Device d, std::string* why);
+
+// Name and versions of the accelerator behind `d` for reports (empty for the CPU or an unavailable device):
+// keys "name", "compute_capability", "cuda_driver_api" (the CUDA version the driver supports), "cuda_runtime".
+std::vector<std::pair<std::string, std::string>> device_properties(Device d);
 
 // Same contracts as flash_forward_cpu / flash_backward_cpu; throws kUnsupported for an unavailable device.
 ForwardResult attention_forward(Device d, const TensorView<const bf16>& q, const TensorView<const bf16>& k,

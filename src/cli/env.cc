@@ -65,8 +65,12 @@ nlohmann::json collect_env(const std::vector<FlashParams>& variants) {
                       {"date_utc", utc_now()},
                       {"oracle", "float64, no rounding"}};
   std::string why;
-  j["cuda"] = device_available(Device::kCuda, &why) ? nlohmann::json{{"available", true}}
-                                                    : nlohmann::json{{"available", false}, {"reason", why}};
+  if (device_available(Device::kCuda, &why)) {
+    j["cuda"] = {{"available", true}};
+    for (const auto& [key, value] : device_properties(Device::kCuda)) j["cuda"][key] = value;
+  } else {
+    j["cuda"] = {{"available", false}, {"reason", why}};
+  }
   j["variants"] = nlohmann::json::object();
   for (const FlashParams& p : variants) j["variants"][variant_name(p.variant)] = variant_params_json(p);
   return j;

@@ -38,6 +38,20 @@ bool device_available(Device d, std::string* why) {
 #endif
 }
 
+std::vector<std::pair<std::string, std::string>> device_properties(Device d) {
+  std::string why;
+  if (d == Device::kCpu || !device_available(d, &why)) return {};
+#ifdef GPROJ_WITH_CUDA
+  const cuda::DeviceInfo info = cuda::device_info();
+  return {{"name", info.name},
+          {"compute_capability", info.compute_capability},
+          {"cuda_driver_api", info.driver_version},
+          {"cuda_runtime", info.runtime_version}};
+#else
+  return {};
+#endif
+}
+
 ForwardResult attention_forward(Device d, const TensorView<const bf16>& q, const TensorView<const bf16>& k,
                                 const TensorView<const bf16>& v, const FlashParams& params) {
   require(d);

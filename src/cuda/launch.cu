@@ -124,6 +124,19 @@ bool available(std::string* why) {
   return true;
 }
 
+DeviceInfo device_info() {
+  DeviceInfo info;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    info.name = prop.name;
+    info.compute_capability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
+  }
+  int v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess) info.driver_version = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess) info.runtime_version = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  return info;
+}
+
 Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                const DeviceTensor& o, const DeviceTensor& lse, const DeviceTensor& o_fp32, void* stream) {
   for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v)})

@@ -29,6 +29,12 @@ struct Problem {
 // Whether this build has the kernels and a device is visible; when not, `why` says what is missing.
 bool available(std::string* why);
 
+// Provenance of device 0: name, compute capability, driver and runtime versions ("" fields when unknown).
+struct DeviceInfo {
+  std::string name, compute_capability, driver_version, runtime_version;
+};
+DeviceInfo device_info();
+
 // O (B, Nq, H, D) BF16 and LSE (B, H, Nq) FP32 from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
 // o_fp32 (B, Nq, H, D) FP32 may be null; when given it receives acc / l before the BF16 rounding.
 Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,

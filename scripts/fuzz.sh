@@ -22,18 +22,7 @@ fi
 
 # The top-level configure needs the project's dependencies (scripts/setup.sh, idempotent); clang's
 # -fsanitize=fuzzer,address,undefined runtimes are in libclang-rt-14-dev, which clang-14 only recommends.
-bash scripts/setup.sh
-clang_packages=(clang-14 libclang-rt-14-dev)
-missing=()
-for p in "${clang_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "fuzz: installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/setup.sh clang-14 libclang-rt-14-dev
 
 build=build/fuzz
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -9,17 +9,8 @@ torch_spec="${GPROJ_TORCH:-torch==2.11.*}"
 venv=build/venv
 start=$SECONDS
 
-bash scripts/setup.sh
 # Debian's python3 needs its headers (the extension) and venv (PEP 668 forbids pip into the system python).
-missing=()
-for p in python3-dev python3-venv; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "python_test: installing ${missing[*]}" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/setup.sh python3-dev python3-venv
 
 [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$torch_spec" "numpy>=1.26,<3" "pytest>=8,<10" \

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs everything gproj needs to build and test on Debian 12 (idempotent; run as root).
-# Exercised by the README's first command and by .ci/run.
+# Installs everything gproj needs to build and test on Debian 12 (idempotent; run as root); extra Debian package
+# names given as arguments are installed too. Exercised by scripts/build.sh, fuzz.sh, python_test.sh (.ci/run).
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build git python3 python3-pip
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenblas-dev libomp-dev
+  "$@"
 )
 
 missing=()

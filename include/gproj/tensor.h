@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gproj/bf16.h"
@@ -82,6 +83,9 @@ AttentionDims check_attention_shapes(const TensorView<const bf16>& q, const Tens
 // Throws ErrorCode::kNonFinite naming `name` and the first offending index if any element is NaN or Inf.
 void check_finite(const std::string& name, const TensorView<const bf16>& t);
 void check_finite(const std::string& name, const TensorView<const float>& t);
+
+// check_finite on each named input, in order (the first offender is reported).
+void check_finite_inputs(const std::vector<std::pair<std::string, TensorView<const bf16>>>& named);
 
 std::string format_index(const TensorView<const bf16>& t, int64_t flat);
 std::string format_extents(int rank, const Extents& shape);

@@ -136,4 +136,8 @@ void check_finite(const std::string& name, const TensorView<const float>& t) {
   check_finite_impl(name, t, [](float x) { return x; });
 }
 
+void check_finite_inputs(const std::vector<std::pair<std::string, TensorView<const bf16>>>& named) {
+  for (const auto& [name, view] : named) check_finite(name, view);
+}
+
 }  // namespace gproj

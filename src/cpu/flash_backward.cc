@@ -52,13 +52,7 @@ BackwardSetup check_backward(const TensorView<const bf16>& q, const TensorView<c
                                                  " needs the forward's FP32 O (o_fp32) of shape " +
                                                  format_extents(4, q.shape));
   }
-  if (!params.allow_nonfinite) {
-    check_finite("q", q);
-    check_finite("k", k);
-    check_finite("v", v);
-    check_finite("o", o);
-    check_finite("do", dout);
-  }
+  if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"do", dout}});
   return s;
 }
 

@@ -40,11 +40,7 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
                                              " (the CPU path supports multiples of 8 from 8 to 256)");
   }
   const float scale = resolve_scale(params, d.D);
-  if (!params.allow_nonfinite) {
-    check_finite("q", q);
-    check_finite("k", k);
-    check_finite("v", v);
-  }
+  if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}});
   cpu::init_blas_threads();
   const cpu::TileGemm gemm(params.accumulation);
   const bool round_p = params.variant != Variant::kFp32;  // F4

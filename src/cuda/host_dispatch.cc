@@ -89,11 +89,7 @@ ForwardResult forward_from_host(const TensorView<const bf16>& q, const TensorVie
                                 const TensorView<const bf16>& v, const FlashParams& params) {
   require_device();
   const AttentionDims d = check_attention_shapes(q, k, v);
-  if (!params.allow_nonfinite) {
-    check_finite("q", q);
-    check_finite("k", k);
-    check_finite("v", v);
-  }
+  if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}});
   const Problem p = problem_of(d, params);
   ForwardResult r{Tensor<bf16>({d.B, d.Nq, d.H, d.D}), Tensor<float>({d.B, d.Nq, d.H, d.D}),
                   Tensor<float>({d.B, d.H, d.Nq})};
@@ -119,13 +115,7 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
                                   const TensorView<const bf16>& dout, const FlashParams& params) {
   require_device();
   const AttentionDims d = check_attention_shapes(q, k, v, dout, o);
-  if (!params.allow_nonfinite) {
-    check_finite("q", q);
-    check_finite("k", k);
-    check_finite("v", v);
-    check_finite("o", o);
-    check_finite("do", dout);
-  }
+  if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"do", dout}});
   const Extents lse_shape{d.B, d.H, d.Nq, 1};
   if (lse.data == nullptr || lse.shape != lse_shape) {
     throw Error(ErrorCode::kShape, "lse must be (B, H, Nq) = " + format_extents(3, lse_shape));

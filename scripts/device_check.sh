@@ -45,6 +45,9 @@ t0=$(date +%s)
 timeout 60 build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
 note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
+timeout 60 build/device/gproj check --suite stress --cases real --variants gproj --device cuda --deterministic --quiet \
+  >"$out/check_deterministic.txt" 2>&1
+note "gproj check --deterministic (real states): rc=$?"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30
 
 t0=$(date +%s)

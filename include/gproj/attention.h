@@ -48,6 +48,8 @@ struct FlashParams {
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
   Accumulation accumulation = Accumulation::kIeeeFp32;
   bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
+  bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
+                                       // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };
 
 const char* variant_name(Variant v);

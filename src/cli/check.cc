@@ -61,6 +61,7 @@ int run_check(const CheckOptions& o, std::FILE* out) {
     FlashParams p;
     p.variant = parse_variant(name);
     p.allow_nonfinite = o.allow_nonfinite;
+    p.deterministic = o.deterministic;
     variants.push_back(p);
   }
   if (variants.empty()) throw Error(ErrorCode::kInvalidArgument, "--variants lists no variant");

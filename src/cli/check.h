@@ -18,6 +18,7 @@ struct CheckOptions {
   std::string fail_above;             // "[variant:]metric=value,..."
   std::string data_dir;               // where the real states are; empty: default_data_dir()
   bool allow_nonfinite = false;
+  bool deterministic = false;         // CUDA: no atomics in the backward (same bits every run)
   bool quiet = false;                 // no progress on stderr
 };
 

@@ -40,6 +40,7 @@ int run_one(const RunOptions& o, std::FILE* out) {
   FlashParams p;
   p.variant = parse_variant(o.variant);
   p.allow_nonfinite = o.allow_nonfinite;
+  p.deterministic = o.deterministic;
   const AttentionState s = load_state(o.state, o.allow_nonfinite);
   p.causal = s.causal;
   p.softmax_scale = state_scale(s);

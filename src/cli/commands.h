@@ -10,6 +10,7 @@ namespace gproj::cli {
 struct RunOptions {
   std::string state, variant = "gproj", device = "cpu", out;
   bool allow_nonfinite = false;
+  bool deterministic = false;  // CUDA: no atomics in the backward
 };
 
 // Writes o, lse, dq, dk, dv as F32 (exactly the values the variant produced) and provenance metadata.

@@ -42,7 +42,8 @@ nlohmann::json variant_params_json(const FlashParams& p) {
                       {"block_q", p.block_q},
                       {"block_k", p.block_k},
                       {"accumulation", "ieee_fp32"},
-                      {"allow_nonfinite", p.allow_nonfinite}};
+                      {"allow_nonfinite", p.allow_nonfinite},
+                      {"deterministic", p.deterministic}};
   if (p.variant == Variant::kFwdfix || p.variant == Variant::kGproj) {
     j["fwdfix_beta"] = p.fwdfix_beta;
     j["fwdfix_tie_tol"] = p.fwdfix_tie_tol;

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
                         "exit 1 if exceeded: [variant:]metric=fraction,... metric in o, dq, dk, dv");
   check_cmd->add_option("--data-dir", check.data_dir, "folder of the real captured states (default: tests/data)");
   check_cmd->add_flag("--allow-nonfinite", check.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
+  check_cmd->add_flag("--deterministic", check.deterministic, "CUDA: backward without atomics (same bits every run)");
   check_cmd->add_flag("--quiet", check.quiet, "no progress on stderr");
 
   gproj::cli::RunOptions run;
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--device", run.device, "cpu or cuda")->capture_default_str();
   run_cmd->add_option("--out", run.out, "output file: o, lse, dq, dk, dv as F32")->required();
   run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
+  run_cmd->add_flag("--deterministic", run.deterministic, "CUDA: backward without atomics (same bits every run)");
 
   bool list = false;
   std::string write_dir, data_dir;

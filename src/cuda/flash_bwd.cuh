@@ -55,7 +55,9 @@ __device__ __forceinline__ void load_rows(const KernelParams& p, const Strided& 
   }
 }
 
-template <int D, bool kRound, bool kPWeighted>
+// kAtomicDq: also accumulate dQ, P K and the row sums here with atomics (fast, run-to-run order varies);
+// without it (deterministic mode) flash_bwd_dq_kernel computes them.
+template <int D, bool kRound, bool kPWeighted, bool kAtomicDq>
 __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const KernelParams p) {
   extern __shared__ float smem[];
   float* sK = smem;                          // (BK, D+1)
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const KernelParams 
     }
     rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
     psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-    if (half == 0 && r < rows) {
+    if (kAtomicDq && half == 0 && r < rows) {
       atomicAdd(&p.rowsum[bh * p.Nq + i0 + r], rsum);
       atomicAdd(&p.psum[bh * p.Nq + i0 + r], psum);
     }
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const KernelParams 
       dk[e] = c;
     }
     // dQ_i += dS K (and P K for the projection) for query row r of this block.
-    if (r < rows) {
+    if (kAtomicDq && r < rows) {
       float* dq = p.dq_acc + (bh * p.Nq + i0 + r) * D;
       float* pk = kPWeighted ? p.pk + (bh * p.Nq + i0 + r) * D : nullptr;
       for (int e = 0; e < kHalfD; ++e) {
@@ -147,6 +149,88 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const KernelParams 
   for (int e = 0; e < kHalfD; ++e) {
     dka[half * kHalfD + e] = dk[e];
     dva[half * kHalfD + e] = dv[e];
+  }
+}
+
+// Deterministic mode: one CTA per query block loops over the key blocks in order and accumulates dQ, P K
+// and the row sums r_i, s_i in registers (recomputing S, P, dP and dS), then stores them: no atomics.
+template <int D, bool kRound, bool kPWeighted>
+__global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const KernelParams p) {
+  extern __shared__ float smem[];
+  float* sK = smem;                          // (BK, D+1)
+  float* sV = sK + kBlockK * (D + 1);        // (BK, D+1)
+  float* sQ = sV + kBlockK * (D + 1);        // (BQ, D+1)
+  float* sdO = sQ + kBlockQ * (D + 1);       // (BQ, D+1)
+  float* sP = sdO + kBlockQ * (D + 1);       // (BQ, BK+1)
+  float* sdS = sP + kBlockQ * (kBlockK + 1); // (BQ, BK+1)
+  float* sL = sdS + kBlockQ * (kBlockK + 1); // (BQ)
+  float* sDelta = sL + kBlockQ;              // (BQ)
+  constexpr int kCols = kBlockK / 2, kHalfD = D / 2;
+  const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * kBlockQ;
+  const int hk = h / (p.H / p.Hkv);
+  const int t = threadIdx.x, r = t >> 1, half = t & 1;
+  const int rows = min(kBlockQ, p.Nq - i0);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  load_rows<D>(p, p.q, sQ, b, h, i0, rows, p.Nq);
+  load_rows<D>(p, p.dout, sdO, b, h, i0, rows, p.Nq);
+  if (t < kBlockQ) {
+    sL[t] = t < rows ? p.lse[bh * p.Nq + i0 + t] : neg_inf();
+    sDelta[t] = t < rows ? p.delta[bh * p.Nq + i0 + t] : 0.0f;
+  }
+  float dq[kHalfD], pk[kHalfD];
+#pragma unroll
+  for (int e = 0; e < kHalfD; ++e) dq[e] = pk[e] = 0.0f;
+  float rsum = 0.0f, psum = 0.0f;
+  const int j_end = p.causal ? max(0, min(p.Nk, i0 + rows + p.Nk - p.Nq)) : p.Nk;
+  for (int j0 = 0; j0 < j_end; j0 += kBlockK) {
+    const int cols = min(kBlockK, p.Nk - j0);
+    __syncthreads();
+    load_rows<D>(p, p.k, sK, b, hk, j0, cols, p.Nk);
+    load_rows<D>(p, p.v, sV, b, hk, j0, cols, p.Nk);
+    __syncthreads();
+    float pr[kCols];
+    p_row<D>(p, sQ, sK, sL, r, half, i0, j0, rows, cols, pr);
+    float tile_r = 0.0f, tile_s = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < kCols; ++c) {
+      const int jj = half * kCols + c;
+      float dp = 0.0f;
+#pragma unroll 8
+      for (int d = 0; d < D; ++d) dp = fmaf(sdO[r * (D + 1) + d], sV[jj * (D + 1) + d], dp);
+      const float dsb = kRound ? round_bf16(pr[c] * (dp - sDelta[r])) : pr[c] * (dp - sDelta[r]);
+      const float pb = kRound ? round_bf16(pr[c]) : pr[c];
+      sdS[r * (kBlockK + 1) + jj] = dsb;
+      sP[r * (kBlockK + 1) + jj] = pb;
+      tile_r += dsb;
+      tile_s += pb;
+    }
+    tile_r += __shfl_xor_sync(0xffffffffu, tile_r, 1);
+    tile_s += __shfl_xor_sync(0xffffffffu, tile_s, 1);
+    rsum += tile_r;
+    psum += tile_s;
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < kHalfD; ++e) {
+      const int d = half * kHalfD + e;
+      float a = dq[e], c = pk[e];
+      for (int jj = 0; jj < cols; ++jj) {
+        a = fmaf(sdS[r * (kBlockK + 1) + jj], sK[jj * (D + 1) + d], a);
+        if (kPWeighted) c = fmaf(sP[r * (kBlockK + 1) + jj], sK[jj * (D + 1) + d], c);
+      }
+      dq[e] = a;
+      pk[e] = c;
+    }
+  }
+  if (r >= rows) return;
+  float* dqa = p.dq_acc + (bh * p.Nq + i0 + r) * D;
+#pragma unroll
+  for (int e = 0; e < kHalfD; ++e) {
+    dqa[half * kHalfD + e] = dq[e];
+    if (kPWeighted) p.pk[(bh * p.Nq + i0 + r) * D + half * kHalfD + e] = pk[e];
+  }
+  if (half == 0) {
+    p.rowsum[bh * p.Nq + i0 + r] = rsum;
+    p.psum[bh * p.Nq + i0 + r] = psum;
   }
 }
 

@@ -86,19 +86,28 @@ Status forward_variant(const KernelParams& k, Variant v, cudaStream_t stream) {
 }
 
 template <int D, bool kRound, bool kPWeighted>
-Status backward_d(const KernelParams& k, cudaStream_t stream) {
+Status backward_d(const KernelParams& k, bool deterministic, cudaStream_t stream) {
   const dim3 grid((k.Nk + kBlockK - 1) / kBlockK, k.H, k.B);
-  Status s = launch(detail::flash_bwd_kernel<D, kRound, kPWeighted>, grid, detail::bwd_smem_bytes<D>(), stream, k,
-                    "backward main");
+  Status s = deterministic
+                 ? launch(detail::flash_bwd_kernel<D, kRound, kPWeighted, false>, grid, detail::bwd_smem_bytes<D>(),
+                          stream, k, "backward main (dK, dV)")
+                 : launch(detail::flash_bwd_kernel<D, kRound, kPWeighted, true>, grid, detail::bwd_smem_bytes<D>(),
+                          stream, k, "backward main");
+  if (s.ok && deterministic) {
+    const dim3 qgrid((k.Nq + kBlockQ - 1) / kBlockQ, k.H, k.B);
+    s = launch(detail::flash_bwd_dq_kernel<D, kRound, kPWeighted>, qgrid, detail::bwd_smem_bytes<D>(), stream, k,
+               "backward deterministic dQ");
+  }
   if (!s.ok || !kPWeighted) return s;
   return launch(detail::flash_bwd_dk_sweep_kernel<D, kRound>, grid, detail::dk_sweep_smem_bytes<D>(), stream, k,
                 "backward dK projection sweep");
 }
 
 template <int D>
-Status backward_variant(const KernelParams& k, Variant v, bool pweighted, cudaStream_t stream) {
-  if (v == Variant::kFp32) return backward_d<D, false, false>(k, stream);
-  return pweighted ? backward_d<D, true, true>(k, stream) : backward_d<D, true, false>(k, stream);
+Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool deterministic, cudaStream_t stream) {
+  if (v == Variant::kFp32) return backward_d<D, false, false>(k, deterministic, stream);
+  return pweighted ? backward_d<D, true, true>(k, deterministic, stream)
+                   : backward_d<D, true, false>(k, deterministic, stream);
 }
 
 // Workspace layout, FP32: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D).
@@ -194,8 +203,9 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   const int64_t rows = p.B * p.H * p.Nq;
   detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   if (Status s = last_error("backward preprocess"); !s.ok) return s;
-  Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, st)
-                       : backward_variant<128>(kp, p.params.variant, pweighted, st);
+  const bool det = p.params.deterministic;
+  Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, st)
+                       : backward_variant<128>(kp, p.params.variant, pweighted, det, st);
   if (!s.ok) return s;
   const int64_t nq = p.B * p.Nq * p.H * p.D, nk = p.B * p.Nk * p.Hkv * p.D;
   if (pweighted) {

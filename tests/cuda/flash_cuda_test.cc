@@ -76,6 +76,25 @@ TEST(Cuda, StressSuiteBars) {
   }
 }
 
+TEST(Cuda, DeterministicModeGivesTheSameBitsEveryRun) {
+  GPROJ_REQUIRE_GPU();
+  const AttentionState s = stress_suite(GPROJ_TEST_DATA, {"shared-keys-causal-gqa"}).at(0).make();
+  const OracleRun oracle = run_oracle(s);
+  for (Variant v : {Variant::kBaseline, Variant::kGproj}) {
+    FlashParams p = test::params_for(v);
+    p.deterministic = true;
+    const VariantRun a = run_variant(s, p, oracle, Device::kCuda), b = run_variant(s, p, oracle, Device::kCuda);
+    for (size_t i = 0; i < a.bwd.dq.values.size(); ++i) ASSERT_EQ(a.bwd.dq.values[i].bits, b.bwd.dq.values[i].bits) << i;
+    for (size_t i = 0; i < a.bwd.dk.values.size(); ++i) ASSERT_EQ(a.bwd.dk.values[i].bits, b.bwd.dk.values[i].bits) << i;
+    // Same algorithm as the atomic mode, other summation order: as close to it as to the CPU.
+    const VariantRun fast = run_variant(s, test::params_for(v), oracle, Device::kCuda);
+    const Tensor<double> fast_dq = to_double(fast.bwd.dq.view());
+    expect_close_to_cpu(compare(a.bwd.dq.view(), fast_dq.view()), oracle.bwd.dq.view(), "deterministic dQ");
+    std::printf("  %-8s deterministic dQ %s\n", variant_name(v), describe(a.dq).c_str());
+    EXPECT_LE(a.dq.rel_fro, v == Variant::kGproj ? 0.005 : 1.0);
+  }
+}
+
 TEST(Cuda, UnsupportedRequestsAreErrors) {
   GPROJ_REQUIRE_GPU();
   test::Case c{64, 64, 2, 2, 32, false, 64, 64};

@@ -3,7 +3,12 @@
 execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
                 OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT commit)
-  set(commit "unknown")
+  # A copy of the tree without .git (the GPU machine) can carry the commit in .gproj_commit.
+  if(EXISTS ${SRC}/.gproj_commit)
+    file(STRINGS ${SRC}/.gproj_commit commit LIMIT_COUNT 1)
+  else()
+    set(commit "unknown")
+  endif()
 else()
   execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SRC}
                   OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)

@@ -1,0 +1,146 @@
+# Side-by-side attention benchmark (GUIDE §5): forward and backward TFLOP/s of gproj's variants and of torch's
+# SDPA backends on the same inputs in the same run, plus GProj's backward overhead. Run on the GPU machine;
+# `--smoke` runs tiny shapes on the CPU (gproj's emulator against SDPA's math backend) to test the harness.
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import gproj  # noqa: E402
+
+SDPA_BACKENDS = ["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"]
+
+
+def flops_forward(B, H, N, D, causal):
+    f = 4.0 * B * H * N * N * D
+    return f / 2 if causal else f
+
+
+def timed(fn, device, reps, warmup):
+    """Median seconds of fn() over reps runs after warmup runs: CUDA events on the GPU, perf_counter on the CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def make_impls(device):
+    """name -> f(q, k, v, causal) returning o, all taking (B, N, H, D) tensors."""
+    impls = {f"gproj-{v}": (lambda v: lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant=v))(v)
+             for v in ("baseline", "fwdfix", "gproj")}
+    backends = SDPA_BACKENDS if device == "cuda" else ["MATH"]
+    for name in backends:
+        backend = getattr(torch.nn.attention.SDPBackend, name)
+
+        def sdpa(q, k, v, c, backend=backend):
+            with torch.nn.attention.sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                      is_causal=c).transpose(1, 2)
+        impls[f"sdpa-{name.lower()}"] = sdpa
+    return impls
+
+
+def bench_shape(impls, B, N, H, D, causal, device, reps, warmup):
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    shape = (B, N, H, D)
+    base = [torch.randn(shape, generator=gen).to(device=device, dtype=torch.bfloat16) for _ in range(4)]
+    rows = []
+    for name, fn in impls.items():
+        q, k, v = (t.detach().clone().requires_grad_(True) for t in base[:3])
+        dout = base[3]
+        try:
+            t_fwd = timed(lambda: fn(q, k, v, causal), device, reps, warmup)
+            o = fn(q, k, v, causal)
+            t_bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True), device, reps, warmup)
+        except (RuntimeError, ValueError) as e:  # a backend that cannot run this shape says so in the report
+            rows.append({"impl": name, "error": str(e).splitlines()[0][:200]})
+            continue
+        f = flops_forward(B, H, N, D, causal)
+        rows.append({"impl": name, "fwd_ms": 1e3 * t_fwd, "bwd_ms": 1e3 * t_bwd,
+                     "fwd_tflops": f / t_fwd / 1e12, "bwd_tflops": 2.5 * f / t_bwd / 1e12})
+    by = {r["impl"]: r for r in rows if "error" not in r}
+    if "gproj-gproj" in by and "gproj-baseline" in by:
+        for r in rows:
+            if r["impl"] == "gproj-gproj":
+                r["gproj_bwd_overhead"] = by["gproj-gproj"]["bwd_ms"] / by["gproj-baseline"]["bwd_ms"] - 1
+    return rows
+
+
+def environment(device, argv):
+    env = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "command": " ".join(argv), "torch": torch.__version__, "python": platform.python_version(),
+           "gproj": gproj.build_info(), "host": platform.node()}
+    if device == "cuda":
+        env.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda,
+                   cudnn=torch.backends.cudnn.version())
+        try:
+            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                           capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            env["driver"] = "unknown"
+    return env
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU to test the harness")
+    ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 8192, 16384])
+    ap.add_argument("--tokens", type=int, default=16384, help="B * N")
+    ap.add_argument("--width", type=int, default=2048, help="H * D")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out", default=None, help="JSON report (default bench/results/attention_<date>.json)")
+    args = ap.parse_args(argv[1:])
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("attention_bench: no CUDA device (use --smoke to test the harness on the CPU)")
+    if args.smoke:
+        args.dims, args.lengths, args.tokens, args.width, args.reps, args.warmup = [64], [128], 256, 128, 2, 1
+    impls = make_impls(device)
+    report = {"env": environment(device, argv), "results": []}
+    print(f"{'impl':<24} {'N':>6} {'D':>4} {'causal':>6} {'fwd TF/s':>9} {'bwd TF/s':>9}", flush=True)
+    for D in args.dims:
+        for N in args.lengths:
+            for causal in (False, True):
+                B, H = max(1, args.tokens // N), args.width // D
+                for r in bench_shape(impls, B, N, H, D, causal, device, args.reps, args.warmup):
+                    r.update(B=B, N=N, H=H, D=D, causal=causal)
+                    report["results"].append(r)
+                    if "error" in r:
+                        print(f"{r['impl']:<24} {N:>6} {D:>4} {str(causal):>6}  error: {r['error']}", flush=True)
+                    else:
+                        print(f"{r['impl']:<24} {N:>6} {D:>4} {str(causal):>6} {r['fwd_tflops']:>9.2f} "
+                              f"{r['bwd_tflops']:>9.2f}", flush=True)
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   f"attention_{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}.json")
+    tmp = f"{out}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=2)
+    os.replace(tmp, out)
+    print(f"saved {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,23 @@
+# The side-by-side benchmark's harness in --smoke mode (CPU, tiny shapes): it runs every implementation and writes
+# a report with its environment. Part of scripts/python_test.sh; the real run is on the GPU machine.
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_run_writes_a_report(tmp_path):
+    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "bench" / "attention_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "report.json"
+    bench.main(["attention_bench.py", "--smoke", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert {"date_utc", "command", "torch", "gproj"} <= set(report["env"])
+    impls = {r["impl"] for r in report["results"]}
+    assert impls == {"gproj-baseline", "gproj-fwdfix", "gproj-gproj", "sdpa-math"}
+    for r in report["results"]:
+        assert "error" not in r, r
+        assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0
+    assert any("gproj_bwd_overhead" in r for r in report["results"])

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One command for the GPU machine: unpack the carried Debian build deps, build everything with all cores,
 # run the C++ tests (GPU ones included), compute-sanitizer on small cases, the audit on the GPU, and print a
-# short summary last. Logs and reports go to $OUT. Usage (device tool): bash scripts/device_check.sh, with
-# carry [".deps", ".gproj_commit"] after `git describe --always --dirty --abbrev=12 > .gproj_commit` here
-# (the copy on the GPU machine has no .git; reports then name the commit).
+# short summary last. Logs and reports go to $OUT. First `bash scripts/device_deps.sh` here (Debian build deps
+# into .deps, the commit into .gproj_commit: the copy there has no .git), then the device tool runs
+# `bash scripts/device_check.sh` with carry [".deps", ".gproj_commit"].
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"

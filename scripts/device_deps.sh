@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Downloads the Debian packages the GPU machine lacks (GoogleTest, Google Benchmark, nlohmann-json, CLI11, fmt,
+# OpenBLAS) into .deps/debs, for the device tool's `carry`; scripts/device_check.sh unpacks them there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.deps/' .git/info/exclude 2>/dev/null || echo '/.deps/' >> .git/info/exclude
+grep -qx '/.gproj_commit' .git/info/exclude 2>/dev/null || echo '/.gproj_commit' >> .git/info/exclude
+mkdir -p .deps/debs
+cd .deps/debs
+apt-get download libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 \
+  libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 libbenchmark-dev libbenchmark1debian
+cd ../..
+git describe --always --dirty --abbrev=12 > .gproj_commit
+echo "device_deps: $(ls .deps/debs | wc -l) packages in .deps/debs ($(du -sh .deps | cut -f1)); commit $(cat .gproj_commit)"

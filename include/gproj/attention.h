@@ -27,6 +27,7 @@ enum class Projection {
   kLowRank,       // P-weighted on dQ with P.(K U) U^T, U = top-r right singular vectors of K; uniform on dK
   kTopK,          // P-weighted over each row's k largest P only (sparse: gathers/scatters), on dQ and dK
   kTopKRest,      // P-weighted on the k largest P; the rest of the row's P mass spread uniformly (prefix sums)
+  kTopKLowRank,   // dQ: top k exact + the tail through P.(K U) U^T (rank r); dK: as kTopKRest
   kDelta,         // no projection; delta_i from the FP32 O (forward keeps O's low-order residual)
   kInTile,        // per tile, each row's rounding residual folded back onto its largest-P entry (re-rounded)
 };

@@ -35,7 +35,9 @@ int run_study(const StudyOptions& o, std::FILE* out) {
     const OracleRun oracle = run_oracle(state);
     auto row = [&](FlashParams p, const std::string& label) {
       p.block_q = p.block_k = o.block;
-      if (p.projection == Projection::kLowRank) p.lowrank_rank = o.lowrank_rank;
+      if (p.projection == Projection::kLowRank || p.projection == Projection::kTopKLowRank) {
+        p.lowrank_rank = o.lowrank_rank;
+      }
       const VariantRun r = run_variant(state, p, oracle);
       fmt::print(out, "| {} | {} | {:.3f}% | {:.3f}% | {:.3f}% | {:.2e} | {:.2e} | {:.2f} |\n", name, label,
                  100 * r.dq.rel_fro, 100 * r.dk.rel_fro, 100 * r.dv.rel_fro, r.bwd.diag.rowsum_max_after,
@@ -52,7 +54,7 @@ int run_study(const StudyOptions& o, std::FILE* out) {
       FlashParams p;
       p.variant = Variant::kGproj;
       p.projection = proj;
-      if (proj != Projection::kTopK && proj != Projection::kTopKRest) {
+      if (proj != Projection::kTopK && proj != Projection::kTopKRest && proj != Projection::kTopKLowRank) {
         row(p, std::string("gproj / ") + projection_name(proj) +
                    (proj == Projection::kLowRank ? " r=" + std::to_string(o.lowrank_rank) : ""));
         continue;

@@ -27,6 +27,7 @@ const char* projection_name(Projection p) {
     case Projection::kLowRank: return "lowrank";
     case Projection::kTopK: return "topk";
     case Projection::kTopKRest: return "topk-rest";
+    case Projection::kTopKLowRank: return "topk-lowrank";
     case Projection::kDelta: return "delta";
     case Projection::kInTile: return "intile";
   }
@@ -40,7 +41,7 @@ const std::vector<Variant>& all_variants() {
 
 const std::vector<Projection>& all_projections() {
   static const std::vector<Projection> p{Projection::kNone,    Projection::kUniform,     Projection::kPWeighted,
-                                         Projection::kPWeightedDq, Projection::kLowRank, Projection::kTopK, Projection::kTopKRest,
+                                         Projection::kPWeightedDq, Projection::kLowRank, Projection::kTopK, Projection::kTopKRest, Projection::kTopKLowRank,
                                          Projection::kDelta,   Projection::kInTile};
   return p;
 }

@@ -62,11 +62,11 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
   if (kind_ == Projection::kPWeighted || kind_ == Projection::kPWeightedDq) {
     pk_.assign(static_cast<size_t>(h_.Nq) * h_.D, 0.0f);
   }
-  if (kind_ == Projection::kTopK || kind_ == Projection::kTopKRest) {
+  if (kind_ == Projection::kTopK || kind_ == Projection::kTopKRest || kind_ == Projection::kTopKLowRank) {
     top_p_.assign(static_cast<size_t>(h_.Nq) * k_, -1.0f);
     top_j_.assign(top_p_.size(), -1);
   }
-  if (kind_ == Projection::kLowRank) {
+  if (kind_ == Projection::kLowRank || kind_ == Projection::kTopKLowRank) {
     const int D = h_.D;
     std::vector<double> gram(static_cast<size_t>(D) * D, 0.0), V;
     for (int64_t j = 0; j < h_.Nk; ++j)
@@ -179,6 +179,42 @@ std::vector<float> RowProjection::uniform_coefficients() const {
   return coef;
 }
 
+void RowProjection::topk_lowrank_finish() {
+  // dQ: c_i (sum_top P_ij K_j + [P.(K U) - sum_top P_ij (K U)_j]_i U^T), the tail of the row through rank r.
+  // dK: c_i P_ij on the top k, the rest of the row's mass c_i (s_i - sum_top P) spread uniformly.
+  const int D = h_.D;
+  std::vector<float> rest_coef(static_cast<size_t>(h_.Nq), 0.0f), tail(static_cast<size_t>(rank_));
+  for (int64_t i = 0; i < h_.Nq; ++i) {
+    const float* tp = &top_p_[i * k_];
+    const int64_t* tj = &top_j_[i * k_];
+    if (!(s_[i] > 0.0f)) continue;
+    const float c = r_[i] / s_[i];
+    int count = 0;
+    float mass = 0.0f;
+    for (; count < k_ && tj[count] >= 0; ++count) mass += tp[count];
+    const int64_t n_rest = visible_count(i) - count;
+    if (n_rest > 0) rest_coef[i] = c * (s_[i] - mass) / static_cast<float>(n_rest);
+    for (int t = 0; t < rank_; ++t) tail[t] = pku_[i * rank_ + t];
+    float removed = rest_coef[i] * static_cast<float>(n_rest);
+    for (int t = 0; t < count; ++t) {
+      const float w = c * tp[t];
+      removed += w;
+      for (int e = 0; e < D; ++e) {
+        h_.dQacc[i * D + e] -= w * h_.K[tj[t] * D + e];
+        h_.dKacc[tj[t] * D + e] -= (w - rest_coef[i]) * h_.Q[i * D + e];
+      }
+      for (int u = 0; u < rank_; ++u) tail[u] -= tp[t] * KU_[tj[t] * rank_ + u];
+    }
+    for (int e = 0; e < D; ++e) {
+      float back = 0.0f;
+      for (int u = 0; u < rank_; ++u) back += tail[u] * U_[e * rank_ + u];
+      h_.dQacc[i * D + e] -= c * back;
+    }
+    r_after_[i] = r_[i] - removed;  // the dK side's effective row sum (the dQ side's tail is rank r)
+  }
+  uniform_dk(rest_coef);
+}
+
 void RowProjection::topk_finish(bool spread_rest) {
   // Weights w_ij = bf16(P_ij) / s_i on the k largest entries of row i. Without spread_rest the k entries
   // take all of r_i (mass renormalised to the top k); with it they take c_i P_ij (c_i = r_i / s_i) and the
@@ -255,6 +291,9 @@ void RowProjection::finish() {
     case Projection::kTopK:
     case Projection::kTopKRest:
       topk_finish(kind_ == Projection::kTopKRest);
+      return;
+    case Projection::kTopKLowRank:
+      topk_lowrank_finish();
       return;
   }
 }

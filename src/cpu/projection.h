@@ -50,6 +50,7 @@ class RowProjection {
   void uniform_dq(const std::vector<float>& coef);   // dQ_i -= coef_i sum_{j in J_i} K_j
   void uniform_dk(const std::vector<float>& coef);   // dK_j -= sum_{i : j in J_i} coef_i Q_i
   void topk_finish(bool spread_rest);
+  void topk_lowrank_finish();
 
   Projection kind_;
   HeadView h_;

@@ -61,6 +61,9 @@ const std::vector<Variant>& all_variants();
 const std::vector<Projection>& all_projections();
 // The projection a variant actually applies (kNone unless the variant is kGproj).
 Projection effective_projection(const FlashParams& p);
+// Whether the backward reads the forward's unrounded O (o_fp32): the fp32 variant and Projection::kDelta
+// compute delta from it; every other variant uses the BF16 O and may pass a null view.
+bool backward_needs_o_fp32(const FlashParams& p);
 // Throws kInvalidArgument for block sizes < 1, beta outside [1, 64], rank < 1, scale <= 0 or non-finite.
 float resolve_scale(const FlashParams& p, int64_t D);
 

@@ -40,7 +40,7 @@ BackwardSetup check_backward(const TensorView<const bf16>& q, const TensorView<c
   s.scale = resolve_scale(params, s.d.D);
   s.projection = effective_projection(params);
   s.round_bf16_operands = params.variant != Variant::kFp32;
-  s.delta_from_fp32_o = params.variant == Variant::kFp32 || s.projection == Projection::kDelta;
+  s.delta_from_fp32_o = backward_needs_o_fp32(params);
   const Extents lse_shape{s.d.B, s.d.H, s.d.Nq, 1};
   if (lse.data == nullptr || lse.rank != 3 || lse.shape != lse_shape) {
     throw Error(ErrorCode::kShape, "lse must be (B, H, Nq) = " + format_extents(3, lse_shape) + ", got " +

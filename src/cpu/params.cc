@@ -70,6 +70,10 @@ Projection effective_projection(const FlashParams& p) {
   return p.variant == Variant::kGproj ? p.projection : Projection::kNone;
 }
 
+bool backward_needs_o_fp32(const FlashParams& p) {
+  return p.variant == Variant::kFp32 || effective_projection(p) == Projection::kDelta;
+}
+
 float resolve_scale(const FlashParams& p, int64_t D) {
   if (p.block_q < 1 || p.block_k < 1) {
     throw Error(ErrorCode::kInvalidArgument, "block sizes must be >= 1, got block_q = " + std::to_string(p.block_q) +

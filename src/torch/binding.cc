@@ -92,11 +92,7 @@ FlashParams params_of(bool causal, std::optional<double> softmax_scale, const st
   return p;
 }
 
-// The contract of flash_backward_cpu (and gproj::cuda::backward): the fp32 variant and Projection::kDelta compute
-// delta from the forward's unrounded O, so the forward must hand o_fp32 on; other variants leave it empty.
-bool needs_o_fp32(const FlashParams& p) {
-  return p.variant == gproj::Variant::kFp32 || gproj::effective_projection(p) == gproj::Projection::kDelta;
-}
+bool needs_o_fp32(const FlashParams& p) { return gproj::backward_needs_o_fp32(p); }
 
 at::Tensor empty_fp32(const at::Tensor& like) { return at::empty({0}, like.options().dtype(at::kFloat)); }
 

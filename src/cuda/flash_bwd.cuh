@@ -46,6 +46,32 @@ __device__ __forceinline__ void p_row(const KernelParams& p, const float* sQ, co
   }
 }
 
+// dS and bf16(P) of tile row r, columns half*32.. (B4 rounding), written to sdS / sP; returns the row's sums of
+// the stored dS and P over the whole tile (both threads of the row get them).
+template <int D, bool kRound>
+__device__ __forceinline__ float2 ds_row(const float* pr, const float* sdO, const float* sV, const float* sDelta,
+                                         int r, int half, float* sP, float* sdS) {
+  constexpr int kCols = kBlockK / 2;
+  float rsum = 0.0f, psum = 0.0f;
+#pragma unroll 4
+  for (int c = 0; c < kCols; ++c) {
+    const int jj = half * kCols + c;
+    float dp = 0.0f;
+#pragma unroll 8
+    for (int d = 0; d < D; ++d) dp = fmaf(sdO[r * (D + 1) + d], sV[jj * (D + 1) + d], dp);
+    const float ds = pr[c] * (dp - sDelta[r]);
+    const float dsb = kRound ? round_bf16(ds) : ds;  // B4
+    const float pb = kRound ? round_bf16(pr[c]) : pr[c];
+    sdS[r * (kBlockK + 1) + jj] = dsb;
+    sP[r * (kBlockK + 1) + jj] = pb;
+    rsum += dsb;
+    psum += pb;
+  }
+  rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
+  psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+  return make_float2(rsum, psum);
+}
+
 template <int D>
 __device__ __forceinline__ void load_rows(const KernelParams& p, const Strided& src, float* dst, int b, int h,
                                           int n0, int count, int N) {
@@ -92,26 +118,10 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const KernelParams 
     __syncthreads();
     float pr[kCols];
     p_row<D>(p, sQ, sK, sL, r, half, i0, j0, rows, cols, pr);
-    float rsum = 0.0f, psum = 0.0f;
-#pragma unroll 4
-    for (int c = 0; c < kCols; ++c) {
-      const int jj = half * kCols + c;
-      float dp = 0.0f;
-#pragma unroll 8
-      for (int d = 0; d < D; ++d) dp = fmaf(sdO[r * (D + 1) + d], sV[jj * (D + 1) + d], dp);
-      const float ds = pr[c] * (dp - sDelta[r]);
-      const float dsb = kRound ? round_bf16(ds) : ds;  // B4
-      const float pb = kRound ? round_bf16(pr[c]) : pr[c];
-      sdS[r * (kBlockK + 1) + jj] = dsb;
-      sP[r * (kBlockK + 1) + jj] = pb;
-      rsum += dsb;
-      psum += pb;
-    }
-    rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
-    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+    const float2 sums = ds_row<D, kRound>(pr, sdO, sV, sDelta, r, half, sP, sdS);
     if (kAtomicDq && half == 0 && r < rows) {
-      atomicAdd(&p.rowsum[bh * p.Nq + i0 + r], rsum);
-      atomicAdd(&p.psum[bh * p.Nq + i0 + r], psum);
+      atomicAdd(&p.rowsum[bh * p.Nq + i0 + r], sums.x);
+      atomicAdd(&p.psum[bh * p.Nq + i0 + r], sums.y);
     }
     __syncthreads();
     // dV_j += P^T dO, dK_j += dS^T Q for key row r of this block (thread's half of D).
@@ -190,24 +200,9 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const KernelPara
     __syncthreads();
     float pr[kCols];
     p_row<D>(p, sQ, sK, sL, r, half, i0, j0, rows, cols, pr);
-    float tile_r = 0.0f, tile_s = 0.0f;
-#pragma unroll 4
-    for (int c = 0; c < kCols; ++c) {
-      const int jj = half * kCols + c;
-      float dp = 0.0f;
-#pragma unroll 8
-      for (int d = 0; d < D; ++d) dp = fmaf(sdO[r * (D + 1) + d], sV[jj * (D + 1) + d], dp);
-      const float dsb = kRound ? round_bf16(pr[c] * (dp - sDelta[r])) : pr[c] * (dp - sDelta[r]);
-      const float pb = kRound ? round_bf16(pr[c]) : pr[c];
-      sdS[r * (kBlockK + 1) + jj] = dsb;
-      sP[r * (kBlockK + 1) + jj] = pb;
-      tile_r += dsb;
-      tile_s += pb;
-    }
-    tile_r += __shfl_xor_sync(0xffffffffu, tile_r, 1);
-    tile_s += __shfl_xor_sync(0xffffffffu, tile_s, 1);
-    rsum += tile_r;
-    psum += tile_s;
+    const float2 sums = ds_row<D, kRound>(pr, sdO, sV, sDelta, r, half, sP, sdS);
+    rsum += sums.x;
+    psum += sums.y;
     __syncthreads();
 #pragma unroll
     for (int e = 0; e < kHalfD; ++e) {

@@ -33,14 +33,22 @@ TEST_P(ForwardSweep, EveryVariantWithinDerivedTolerance) {
   const double tol_o = test::derived(ref.o, oracle.fwd.o.view());
   std::printf("  tolerance O: 2 x %.3e (fp32 variant) + 2 x %.3e (one rounding) = %.3e\n", ref.o.rel_fro,
               bf16_rounding_error(oracle.fwd.o.view()), tol_o);
+  // LSE is an FP32 output in every variant: the same rule, with one FP32 rounding of the reference in place of
+  // the BF16 one (rows with no visible key are -inf in both and left out).
+  double diff2 = 0, ref2 = 0;
+  for (double x : oracle.fwd.lse.values) {
+    if (std::isinf(x)) continue;
+    diff2 += std::pow(static_cast<double>(static_cast<float>(x)) - x, 2);
+    ref2 += x * x;
+  }
+  const double tol_lse = 2 * ref.lse.rel_fro + 2 * (ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0);
   for (Variant v : all_variants()) {
     FlashParams p = base;
     p.variant = v;
     const VariantRun r = run_variant(s, p, oracle);
     std::printf("  %-9s O %s, LSE %s\n", variant_name(v), describe(r.o).c_str(), describe(r.lse).c_str());
     EXPECT_LE(r.o.rel_fro, tol_o) << variant_name(v);
-    // LSE is FP32 throughout: its error is FP32 rounding of the scores (|S| * 2^-24 per term).
-    EXPECT_LE(r.lse.rel_fro, 1e-5) << variant_name(v);
+    EXPECT_LE(r.lse.rel_fro, tol_lse) << variant_name(v);
   }
 }
 

@@ -13,7 +13,7 @@ start=$SECONDS
 bash scripts/setup.sh python3-dev python3-venv
 
 [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "$torch_spec" "numpy>=1.26,<3" "pytest>=8,<10" \
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "$torch_spec" "numpy>=1.26,<3" "pytest>=8,<10" "matplotlib>=3.7" \
   "setuptools>=70"
 installed=$SECONDS
 

@@ -23,12 +23,10 @@ TEST_P(BackwardSweep, EveryVariantWithinDerivedTolerance) {
   const Case c = GetParam();
   const AttentionState s = state_for(c, 2000 + c.Nq * 5 + c.Nk);
   const OracleRun oracle = run_oracle(s);
-  FlashParams base;
-  base.block_q = c.block_q;
-  base.block_k = c.block_k;
+  const FlashParams base = test::tiles_of(c);
   FlashParams fp = base;
   fp.variant = Variant::kFp32;
-  const VariantRun ref = run_variant(s, fp, oracle);
+  const VariantRun ref = run_variant(s, fp, oracle);  // the fp32 reference of the derived tolerances
   const test::Tolerances tol = test::derive_tolerances(ref, oracle);
   std::printf("  derived tolerances (2 x fp32 variant + 2 x one rounding): dQ %.3e dK %.3e dV %.3e\n", tol.dq,
               tol.dk, tol.dv);

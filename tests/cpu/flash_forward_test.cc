@@ -24,12 +24,10 @@ TEST_P(ForwardSweep, EveryVariantWithinDerivedTolerance) {
   const Case c = GetParam();
   const AttentionState s = state_for(c, 1000 + c.Nq * 7 + c.Nk);
   const OracleRun oracle = run_oracle(s);
-  FlashParams base;
-  base.block_q = c.block_q;
-  base.block_k = c.block_k;
+  const FlashParams base = test::tiles_of(c);
   FlashParams fp = base;
   fp.variant = Variant::kFp32;
-  const VariantRun ref = run_variant(s, fp, oracle);
+  const VariantRun ref = run_variant(s, fp, oracle);  // the fp32 reference of the derived tolerances
   const double tol_o = test::derived(ref.o, oracle.fwd.o.view());
   std::printf("  tolerance O: 2 x %.3e (fp32 variant) + 2 x %.3e (one rounding) = %.3e\n", ref.o.rel_fro,
               bf16_rounding_error(oracle.fwd.o.view()), tol_o);

@@ -68,6 +68,14 @@ inline AttentionState state_for(const Case& c, uint64_t seed) {
   return make_synthetic(s);
 }
 
+// Params with the case's tile sizes (variant and projection at their defaults).
+inline FlashParams tiles_of(const Case& c) {
+  FlashParams p;
+  p.block_q = c.block_q;
+  p.block_k = c.block_k;
+  return p;
+}
+
 inline FlashParams params_for(Variant v, Projection p = FlashParams{}.projection) {
   FlashParams f;
   f.variant = v;

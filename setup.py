@@ -31,7 +31,9 @@ def git_commit():
         commit = git("rev-parse", "--short=12", "HEAD")
         dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        # A copy without .git (the GPU machine) carries the commit in .gproj_commit (scripts/device_deps.sh).
+        marker = ROOT / ".gproj_commit"
+        return marker.read_text().strip() if marker.exists() else "unknown"
     return commit + ("-dirty" if dirty else "")
 
 
@@ -49,6 +51,11 @@ def write_build_info():
 
 
 def openblas_flags():
+    # Unpacked Debian packages without a usable pkg-config (the GPU machine): the two folders by hand.
+    inc, libdir = os.environ.get("GPROJ_OPENBLAS_INCLUDE"), os.environ.get("GPROJ_OPENBLAS_LIBDIR")
+    if inc and libdir:
+        return [inc], [f"-L{libdir}", "-lopenblas"]
+
     def pkg_config(*args):
         run = subprocess.run(["pkg-config", *args, "openblas"], capture_output=True, text=True, check=True)
         return run.stdout.split()

@@ -200,6 +200,10 @@ def parse_args(argv=None):
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--continue-after-divergence", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--sync-every", type=int, default=25,
+                    help="steps between host syncs for the metrics (each step is still recorded)")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="seconds: stop cleanly after the step that passes it (summary.json says so)")
     return ap.parse_args(argv)
 
 
@@ -251,7 +255,8 @@ def main(argv=None):
     raw_model = model
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
+                            fused=device.type == "cuda")
     batches = Batches(train_tokens, args.context, args.batch, seed=args.seed + 1, rank=rank, world=world)
     detector = DivergenceDetector()
 
@@ -265,48 +270,79 @@ def main(argv=None):
     summary = {"diverged_at": None, "steps_done": 0}
     start = time.time()
     last_print = 0.0
+    pending = []  # (step, loss, grad norm, lr, val_loss) with loss and grad norm still on the device
+    window_start = time.time()
+
+    def flush():
+        """Brings the pending steps' loss and grad norm to the host in one transfer (no sync in every step),
+        writes their records and feeds the divergence detector; returns True when training must stop."""
+        nonlocal pending, window_start, last_print
+        if not pending:
+            return False
+        values = torch.stack([torch.stack([l.float(), g.float()]) for _, l, g, _, _ in pending]).tolist()
+        now = time.time()
+        tokens_per_s = len(pending) * args.batch * args.context / max(now - window_start, 1e-9)
+        stop = False
+        for (step, _, _, lr, val), (loss, grad_norm) in zip(pending, values):
+            summary.update(steps_done=step + 1, final_loss=loss)
+            if lead:
+                record = {"step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s}
+                if val is not None:
+                    record["val_loss"] = summary["final_val_loss"] = val
+                metrics.write(json.dumps(record) + "\n")
+            if not math.isfinite(loss) or not math.isfinite(grad_norm):
+                summary["nonfinite_at"] = step
+                stop = True
+                break
+            if detector.update(grad_norm) and summary["diverged_at"] is None:
+                summary["diverged_at"] = step - detector.patience + 1
+                if not args.continue_after_divergence:
+                    stop = True
+                    break
+        if lead:
+            metrics.flush()
+            if now - last_print > 0.5 or summary["steps_done"] == args.steps:
+                print(f"\r{args.attention} step {summary['steps_done']}/{args.steps} loss {summary['final_loss']:.4f} "
+                      f"gnorm {values[-1][1]:.3f} {tokens_per_s:,.0f} tok/s", end="", file=sys.stderr, flush=True)
+                last_print = now
+        pending, window_start = [], now
+        if args.time_limit is not None and not stop:
+            over = torch.tensor([float(now - start > args.time_limit)], device=device)
+            if world > 1:  # every rank stops at the same step
+                torch.distributed.all_reduce(over, op=torch.distributed.ReduceOp.MAX)
+            if over.item() > 0:
+                summary["stopped"] = f"time limit {args.time_limit:g} s after step {summary['steps_done'] - 1}"
+                stop = True
+        return stop
+
     for step in range(args.steps):
-        auditing = lead and args.audit_every > 0 and step % args.audit_every == 0 and step > 0
+        # Decided alike on every rank (the flush below syncs ranks); only the lead audits and evaluates.
+        audit_step = args.audit_every > 0 and step % args.audit_every == 0 and step > 0
+        eval_step = args.eval_every > 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps)
+        auditing = lead and audit_step
         for block in raw_model.blocks:
             block.attn.capture = {} if auditing else None
         lr = lr_at(step, args)
         for group in opt.param_groups:
             group["lr"] = lr
-        t0 = time.time()
         x, y = batches.next()
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = model(x.to(device), y.to(device))
+            loss = model(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         loss = loss.detach()
         if world > 1:
             torch.distributed.all_reduce(loss, op=torch.distributed.ReduceOp.AVG)
-        loss = loss.item()
-        tokens_per_s = args.batch * args.context / (time.time() - t0)
-        summary.update(steps_done=step + 1, final_loss=loss)
-        if lead:
-            record = {"step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s}
-            if args.eval_every > 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
-                record["val_loss"] = summary["final_val_loss"] = evaluate(raw_model, val_tokens, args, device)
-            metrics.write(json.dumps(record) + "\n")
-            metrics.flush()
-            if auditing:
-                for rec in run_audit(raw_model, args, step, args.out):
-                    audits.write(json.dumps(rec) + "\n")
-                audits.flush()
-            now = time.time()
-            if now - last_print > 0.5 or step + 1 == args.steps:
-                print(f"\r{args.attention} step {step + 1}/{args.steps} loss {loss:.4f} gnorm {grad_norm:.3f} "
-                      f"{tokens_per_s:,.0f} tok/s", end="", file=sys.stderr, flush=True)
-                last_print = now
-        if not math.isfinite(loss) or not math.isfinite(grad_norm):
-            summary["nonfinite_at"] = step
-            break
-        if detector.update(grad_norm) and summary["diverged_at"] is None:
-            summary["diverged_at"] = step - detector.patience + 1
-            if not args.continue_after_divergence:
+        val = evaluate(raw_model, val_tokens, args, device) if lead and eval_step else None
+        pending.append((step, loss, grad_norm.detach(), lr, val))
+        if auditing:
+            for rec in run_audit(raw_model, args, step, args.out):
+                audits.write(json.dumps(rec) + "\n")
+            audits.flush()
+        if len(pending) >= args.sync_every or audit_step or eval_step or step + 1 == args.steps:
+            if flush():
                 break
 
     for block in raw_model.blocks:

@@ -22,6 +22,13 @@ fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1; } | tee "$out/env.txt"
 
+# The PyTorch extension with the CUDA kernels builds in the background while CMake builds the C++ targets.
+export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
+export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
+( t=$(date +%s); GPROJ_CUDA=1 MAX_JOBS=8 python3 setup.py build_ext --inplace >"$out/python_build.log" 2>&1;
+  echo "rc=$? in $(( $(date +%s) - t )) s" >"$out/python_build.rc" ) &
+py_build=$!
+
 t0=$(date +%s)
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DGPROJ_BUILD_BENCH=ON -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
@@ -57,5 +64,20 @@ timeout 120 build/device/bench/cuda_attention_bench >"$out/cuda_bench.txt" 2>&1
 note "cuda_attention_bench: rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench.txt"
 
+wait $py_build
+note "python extension (GPROJ_CUDA=1): $(cat "$out/python_build.rc" 2>/dev/null || echo 'no result')"
+if grep -q "^rc=0" "$out/python_build.rc" 2>/dev/null; then
+  t0=$(date +%s)
+  PYTHONPATH=python timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_attention.py >"$out/pytest.log" 2>&1
+  note "pytest test_attention.py (CUDA included): rc=$? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/pytest.log")"
+  t0=$(date +%s)
+  [ -n "${SKIP_PY_BENCH:-}" ] || PYTHONPATH=python timeout 200 python3 bench/attention_bench.py --reps 10 --warmup 3 --out "$out/attention_bench.json" \
+    >"$out/attention_bench.txt" 2>&1
+  note "attention_bench.py side by side with SDPA: rc=$? in $(( $(date +%s) - t0 )) s"
+  cat "$out/attention_bench.txt"
+fi
+
+# The device tool brings back only a few files: logs go back as one archive.
+( cd "$out" && tar czf logs.tgz --remove-files $(ls | grep -vE '^(summary.txt|attention_bench.json|attention_bench.txt|check.json|logs.tgz)$') )
 echo
 printf '%s\n' "${summary[@]}"

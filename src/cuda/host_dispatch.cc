@@ -120,7 +120,8 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
   if (lse.data == nullptr || lse.shape != lse_shape) {
     throw Error(ErrorCode::kShape, "lse must be (B, H, Nq) = " + format_extents(3, lse_shape));
   }
-  const Problem p = problem_of(d, params);
+  Problem p = problem_of(d, params);
+  p.row_stats = true;  // the audit reports max |r_i| for every variant
   const bool need_ofp32 = backward_needs_o_fp32(params);
   if (need_ofp32 && o_fp32.data == nullptr) {
     throw Error(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");

@@ -23,6 +23,7 @@ struct KernelParams {
   float scale;
   bool causal;
   float beta, tie_tol;
+  bool row_stats;                    // backward: r_i, s_i for every variant (the audit), not only the projection
   Strided q, k, v, o, dout;          // BF16 inputs
   const float* o_fp32;               // (B, Nq, H, D) contiguous, or null
   const float* lse;                  // (B, H, Nq) contiguous

@@ -1,9 +1,15 @@
 // The one launch file of the CUDA kernels: checks a Problem, turns runtime flags (D, variant, projection) into
-// template parameters, sizes the workspace and launches forward / backward. Exercised by tests/cuda/*.
+// template parameters, picks the kernel generation (v1 tensor cores when the variant rounds to BF16 and every
+// row is 16-byte aligned; the v0 FP32 reference kernels otherwise, e.g. for the fp32 variant), sizes the
+// workspace and launches forward / backward. Exercised by tests/cuda/*.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "cuda/flash_bwd.cuh"
+#include "cuda/flash_bwd_tc.cuh"
 #include "cuda/flash_fwd.cuh"
+#include "cuda/flash_fwd_tc.cuh"
 #include "gproj/cuda/attention_cuda.h"
 
 namespace gproj::cuda {
@@ -56,16 +62,61 @@ KernelParams base_params(const Problem& p) {
   k.causal = p.params.causal;
   k.beta = p.params.fwdfix_beta;
   k.tie_tol = p.params.fwdfix_tie_tol;
+  k.row_stats = p.row_stats;
   return k;
 }
 
 template <class Kernel>
-Status launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const KernelParams& k, const char* what) {
+Status launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const KernelParams& k, const char* what,
+              int threads = kThreads) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
     return last_error(what);
   }
-  kernel<<<grid, kThreads, smem, stream>>>(k);
+  kernel<<<grid, threads, smem, stream>>>(k);
   return last_error(what);
+}
+
+// The v1 kernels copy 16-byte chunks of each row: data and the B, N, H strides must keep rows 16-byte aligned.
+bool rows_aligned(const DeviceTensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride[0] % 8 == 0 && t.stride[1] % 8 == 0 &&
+         t.stride[2] % 8 == 0;
+}
+
+// ---- v1: tensor cores ----
+constexpr int kFwdWarps = 8;  // 128 query rows per CTA (perf-notes: v1 vs v1.1)
+
+template <int D, bool kTie>
+Status forward_tc(const KernelParams& k, cudaStream_t stream) {
+  constexpr int bq = 16 * kFwdWarps;
+  const dim3 grid((k.Nq + bq - 1) / bq, k.H, k.B);
+  return launch(detail::flash_fwd_tc_kernel<D, kFwdWarps, kTie>, grid, detail::fwd_tc_smem_bytes<D, kFwdWarps>(),
+                stream, k, "forward (tensor cores)", kFwdWarps * 32);
+}
+
+template <int D, bool kPWeighted>
+Status backward_tc(const KernelParams& k, bool deterministic, cudaStream_t stream) {
+  constexpr int blk = detail::kBwdBlock, threads = detail::kBwdThreads;
+  const dim3 grid((k.Nk + blk - 1) / blk, k.H, k.B);
+  const size_t smem = detail::bwd_tc_smem_bytes<D>();
+  Status s;
+  if (deterministic) {
+    s = launch(detail::flash_bwd_tc_kernel<D, kPWeighted, false, false>, grid, smem, stream, k,
+               "backward main, tensor cores (dK, dV)", threads);
+  } else if (kPWeighted || k.row_stats) {
+    s = launch(detail::flash_bwd_tc_kernel<D, kPWeighted, true, true>, grid, smem, stream, k,
+               "backward main, tensor cores", threads);
+  } else {
+    s = launch(detail::flash_bwd_tc_kernel<D, false, true, false>, grid, smem, stream, k,
+               "backward main, tensor cores", threads);
+  }
+  if (s.ok && deterministic) {  // dQ, P K and the row sums in a fixed order, one CTA per query block
+    const dim3 qgrid((k.Nq + blk - 1) / blk, k.H, k.B);
+    s = launch(detail::flash_bwd_tc_dq_kernel<D, kPWeighted>, qgrid, detail::dq_tc_smem_bytes<D>(), stream, k,
+               "backward deterministic dQ, tensor cores", threads);
+  }
+  if (!s.ok || !kPWeighted) return s;
+  return launch(detail::flash_bwd_tc_dk_sweep_kernel<D>, grid, detail::sweep_tc_smem_bytes<D>(), stream, k,
+                "backward dK projection sweep, tensor cores", threads);
 }
 
 template <int D, bool kRound, bool kTie>
@@ -75,7 +126,10 @@ Status forward_d(const KernelParams& k, cudaStream_t stream) {
 }
 
 template <int D>
-Status forward_variant(const KernelParams& k, Variant v, cudaStream_t stream) {
+Status forward_variant(const KernelParams& k, Variant v, bool tc, cudaStream_t stream) {
+  if (tc && v != Variant::kFp32) {
+    return v == Variant::kBaseline ? forward_tc<D, false>(k, stream) : forward_tc<D, true>(k, stream);
+  }
   switch (v) {
     case Variant::kFp32: return forward_d<D, false, false>(k, stream);
     case Variant::kBaseline: return forward_d<D, true, false>(k, stream);
@@ -104,8 +158,10 @@ Status backward_d(const KernelParams& k, bool deterministic, cudaStream_t stream
 }
 
 template <int D>
-Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool deterministic, cudaStream_t stream) {
+Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool deterministic, bool tc,
+                        cudaStream_t stream) {
   if (v == Variant::kFp32) return backward_d<D, false, false>(k, deterministic, stream);
+  if (tc) return pweighted ? backward_tc<D, true>(k, deterministic, stream) : backward_tc<D, false>(k, deterministic, stream);
   return pweighted ? backward_d<D, true, true>(k, deterministic, stream)
                    : backward_d<D, true, false>(k, deterministic, stream);
 }
@@ -159,7 +215,9 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   kp.lse_out = static_cast<float*>(lse.data);
   kp.o_fp32_out = static_cast<float*>(o_fp32.data);
   const auto st = static_cast<cudaStream_t>(stream);
-  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, st) : forward_variant<128>(kp, p.params.variant, st);
+  const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v);
+  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, st)
+                   : forward_variant<128>(kp, p.params.variant, tc, st);
 }
 
 size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }
@@ -204,8 +262,9 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   if (Status s = last_error("backward preprocess"); !s.ok) return s;
   const bool det = p.params.deterministic;
-  Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, st)
-                       : backward_variant<128>(kp, p.params.variant, pweighted, det, st);
+  const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
+  Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, st)
+                       : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, st);
   if (!s.ok) return s;
   const int64_t nq = p.B * p.Nq * p.H * p.D, nk = p.B * p.Nk * p.Hkv * p.D;
   if (pweighted) {

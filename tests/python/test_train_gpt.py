@@ -169,3 +169,44 @@ def test_tiny_run_writes_its_telemetry(tmp_path):
     assert summary["steps_done"] == 3 and summary["diverged_at"] is None
     env = json.load(open(out / "env.json"))
     assert env["config"]["attention"] == "gproj-gproj" and "git_commit" in env["gproj"]
+
+
+def tiny_run(tmp_path, name, *extra):
+    corpus = tmp_path / "src"
+    if not corpus.exists():
+        make_corpus(corpus)
+    (corpus / "long.py").write_text("for i in range(3):\n    print(i)\n" * 200)
+    out = tmp_path / name
+    train_gpt.main(TINY + ["--attention", "gproj-baseline", "--device", "cpu", "--audit-every", "0",
+                           "--eval-every", "0", "--data", str(corpus), "--data-cache", str(tmp_path / "cache"),
+                           "--out", str(out), *extra])
+    return out
+
+
+def test_deferred_syncs_record_every_step_and_match_per_step_syncs(tmp_path):
+    a = tiny_run(tmp_path, "a", "--steps", "7", "--sync-every", "3")
+    b = tiny_run(tmp_path, "b", "--steps", "7", "--sync-every", "1")
+    ma = [json.loads(line) for line in open(a / "metrics.jsonl")]
+    mb = [json.loads(line) for line in open(b / "metrics.jsonl")]
+    assert [m["step"] for m in ma] == list(range(7))
+    assert [(m["loss"], m["grad_norm"]) for m in ma] == [(m["loss"], m["grad_norm"]) for m in mb]
+    assert json.load(open(a / "summary.json"))["final_loss"] == ma[-1]["loss"]
+
+
+def test_time_limit_stops_cleanly_and_says_so(tmp_path):
+    out = tiny_run(tmp_path, "t", "--steps", "100000", "--sync-every", "2", "--time-limit", "0")
+    summary = json.load(open(out / "summary.json"))
+    assert summary["steps_done"] == 2 and summary["stopped"] == "time limit 0 s after step 1"
+    assert len(open(out / "metrics.jsonl").readlines()) == 2
+
+
+def test_compare_runs_reports_the_loss_difference(tmp_path, capsys):
+    import compare_runs
+
+    a = tiny_run(tmp_path, "a", "--steps", "4")
+    b = tiny_run(tmp_path, "b", "--steps", "4", "--seed", "1")
+    compare_runs.main([str(a), str(a), "--max-loss-diff", "0"])
+    assert "|loss diff| max 0.000e+00" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        compare_runs.main([str(a), str(b), "--max-loss-diff", "1e-9"])
+    assert e.value.code == 1

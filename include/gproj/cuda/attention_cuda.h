@@ -24,6 +24,8 @@ struct Problem {
   int64_t B = 0, Nq = 0, Nk = 0, H = 0, Hkv = 0, D = 0;
   float softmax_scale = 0;  // > 0
   FlashParams params;       // variant, causal, beta, projection; block sizes are the kernel's own
+  bool row_stats = false;   // backward: also sum r_i, s_i for variants without a projection (the audit's
+                            // max |r_i|; the first floats of the workspace after delta), at some cost
 };
 
 // Whether this build has the kernels and a device is visible; when not, `why` says what is missing.

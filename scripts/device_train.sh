@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Training runs on the GPU machine in one device command: builds the PyTorch extension with the CUDA kernels,
+# prepares the corpus once, then runs the plan's training jobs (several at a time, one or more per GPU) and
+# packs their run folders (metrics, audits, env, summary; no state files) into $OUT/runs.tgz.
+#
+#   bash scripts/device_train.sh PLAN     (device tool: carry [".deps", ".gproj_commit"])
+#
+# PLAN has one job per line, `GPUS NAME ARGS...` (ARGS go to examples/train_gpt.py; GPUS "0" or "0,1": two or
+# more GPUs run under torchrun with DDP), and lines `wait` that wait for the jobs started so far. Lines
+# starting with # are comments. Every job gets --out $OUT/runs/NAME and --no-save-states (the files the device
+# tool brings back are few and small); TRAIN_ARGS is appended to every job.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+plan=${1:?usage: device_train.sh PLAN}
+[[ -f $plan ]] || { echo "device_train: no plan file $plan" >&2; exit 2; }
+out="${OUT:-/tmp/gproj-out}"
+mkdir -p "$out/runs" "$out/logs"
+deps=/tmp/gproj-deps
+export PYTHONUNBUFFERED=1 PYTHONPATH=python NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+if [ -d .deps/debs ]; then
+  mkdir -p "$deps"
+  for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+fi
+export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
+export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/logs/env.txt"
+
+t0=$(date +%s)
+GPROJ_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace >"$out/logs/python_build.log" 2>&1 ||
+  { tail -30 "$out/logs/python_build.log"; exit 1; }
+echo "== extension built in $(( $(date +%s) - t0 )) s"
+python3 examples/prepare_data.py --cache build/data >"$out/logs/prepare_data.log" 2>&1 ||
+  { tail -20 "$out/logs/prepare_data.log"; exit 1; }
+tail -1 "$out/logs/prepare_data.log"
+
+pids=()
+start_job() {  # GPUS NAME ARGS...
+  local gpus=$1 name=$2
+  shift 2
+  local n
+  n=$(awk -F, '{print NF}' <<<"$gpus")
+  local cmd=(examples/train_gpt.py --data-cache build/data --out "$out/runs/$name" --no-save-states "$@" ${TRAIN_ARGS:-})
+  echo "== start $name on GPU $gpus: ${cmd[*]}"
+  if [ "$n" -gt 1 ]; then
+    CUDA_VISIBLE_DEVICES=$gpus python3 -m torch.distributed.run --standalone --nproc_per_node "$n" "${cmd[@]}" >"$out/logs/$name.log" 2>&1 &
+  else
+    CUDA_VISIBLE_DEVICES=$gpus python3 "${cmd[@]}" >"$out/logs/$name.log" 2>&1 &
+  fi
+  pids+=($!)
+}
+wait_jobs() {
+  for p in "${pids[@]}"; do wait "$p"; done
+  pids=()
+}
+while read -r line; do
+  [[ -z ${line// } || $line == \#* ]] && continue
+  if [[ $line == wait ]]; then wait_jobs; continue; fi
+  # shellcheck disable=SC2086
+  start_job $line
+done <"$plan"
+wait_jobs
+
+echo "== runs"
+for run in "$out"/runs/*; do
+  name=$(basename "$run")
+  python3 - "$run" <<'EOF'
+import json, os, sys
+run = sys.argv[1]
+try:
+    s = json.load(open(os.path.join(run, "summary.json")))
+except OSError:
+    print(f"{os.path.basename(run):<28} no summary (see logs/{os.path.basename(run)}.log)")
+    sys.exit()
+rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+tps = sorted(r["tokens_per_s"] for r in rows[10:]) or [0]
+print(f"{os.path.basename(run):<28} steps {s['steps_done']:>6}  loss {s.get('final_loss', float('nan')):.4f}  "
+      f"diverged_at {s['diverged_at']}  median {tps[len(tps) // 2]:,.0f} tok/s  wall {s.get('wall_s', 0):.0f} s"
+      f"  {s.get('stopped', '')}")
+EOF
+done
+( cd "$out" && tar czf runs.tgz runs logs && rm -rf runs logs )
+ls -la "$out"

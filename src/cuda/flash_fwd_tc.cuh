@@ -1,0 +1,189 @@
+// CUDA forward v1: tensor cores (mma.sync m16n8k16 BF16), FlashAttention-2 structure. One CTA per
+// 16*kWarps query rows, each warp owns 16 rows and the whole head dim; key blocks of 64 (the CPU emulator's
+// block_k, so fwdfix's per-block tie rule is the same) double-buffered with cp.async into swizzled shared
+// memory. Rounding points as the CPU emulator: S in FP32, l sums the FP32 P, F4 bf16(P) before PV, F5 O.
+// Exercised by tests/cuda/flash_cuda_test.cc against the float64 oracle and the CPU emulator.
+#pragma once
+
+#include "cuda/kernel_common.cuh"
+#include "cuda/mma.cuh"
+
+namespace gproj::cuda::detail {
+
+constexpr int kTcBlockK = 64;
+
+template <int D, int kWarps>
+constexpr size_t fwd_tc_smem_bytes() {
+  return sizeof(bf16_t) * (16 * kWarps * D + 4 * kTcBlockK * D);
+}
+
+template <int D, int kWarps, bool kTieFix>
+// D = 64 is held to 128 registers so two CTAs fit on an SM (at 131 the fwdfix kernel ran at one: -40%).
+__global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_kernel(const KernelParams p) {
+  constexpr int BQ = 16 * kWarps, BK = kTcBlockK, kT = kWarps * 32, kNt = D / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw);  // [BQ][D]
+  bf16_t* sK = sQ + BQ * D;                           // [2][BK][D]
+  bf16_t* sV = sK + 2 * BK * D;                       // [2][BK][D]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int qb = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest rows first
+  const int i0 = qb * BQ, hk = h / (p.H / p.Hkv);
+  const int rows = min(BQ, p.Nq - i0);
+  const int j_end = p.causal ? max(0, min(p.Nk, i0 + rows + p.Nk - p.Nq)) : p.Nk;
+  const int nblocks = (j_end + BK - 1) / BK;
+
+  load_tile_async<BQ, D, kT>(sQ, p.q.data, p.q.s0, p.q.s1, p.q.s2, b, i0, rows, h);
+  if (nblocks > 0) {
+    load_tile_async<BK, D, kT>(sK, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, 0, min(BK, p.Nk), hk);
+    load_tile_async<BK, D, kT>(sV, p.v.data, p.v.s0, p.v.s1, p.v.s2, b, 0, min(BK, p.Nk), hk);
+  }
+  cp_async_commit();
+
+  const int r0 = warp * 16;
+  const int row_a = i0 + r0 + g, row_b = row_a + 8;
+  const int lim_a = last_visible(p, row_a), lim_b = last_visible(p, row_b);
+  const int warp_lim = last_visible(p, i0 + r0);  // smallest limit of the warp's rows
+  float acc[kNt][4];
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
+  uint32_t qf[D / 16][4];
+
+  for (int jb = 0; jb < nblocks; ++jb) {
+    const int buf = jb & 1, j0 = jb * BK;
+    if (jb + 1 < nblocks) {
+      const int jn = j0 + BK, cnt = min(BK, p.Nk - jn);
+      load_tile_async<BK, D, kT>(sK + (buf ^ 1) * BK * D, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, jn, cnt, hk);
+      load_tile_async<BK, D, kT>(sV + (buf ^ 1) * BK * D, p.v.data, p.v.s0, p.v.s1, p.v.s2, b, jn, cnt, hk);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (jb == 0) {
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) ldsm_x4(qf[kc], smem_u32(sQ + swz<D>(r0 + (lane & 15), kc * 2 + (lane >> 4))));
+    }
+    const bf16_t* kt = sK + buf * BK * D;
+    const bf16_t* vt = sV + buf * BK * D;
+
+    // S = Q K^T for the warp's 16 rows x 64 keys.
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t kb[4];
+        ldsm_x4(kb, smem_u32(kt + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kc * 2 + ((lane >> 3) & 1))));
+        mma16816(s[2 * np], qf[kc], kb[0], kb[1]);
+        mma16816(s[2 * np + 1], qf[kc], kb[2], kb[3]);
+      }
+    }
+    // Mask (only blocks that cross a row's limit or the end of the keys) and row max, on the unscaled dot
+    // products: rounding is monotone, so scale * max(dot) is the max of S = scale * dot exactly.
+    const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
+    float rm_a = neg_inf(), rm_b = neg_inf();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      if (need_mask) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = j0 + n * 8 + 2 * tq + (e & 1);
+          if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[n][e] = neg_inf();
+        }
+      }
+      rm_a = fmaxf(rm_a, fmaxf(s[n][0], s[n][1]));
+      rm_b = fmaxf(rm_b, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      rm_a = fmaxf(rm_a, __shfl_xor_sync(0xffffffffu, rm_a, o));
+      rm_b = fmaxf(rm_b, __shfl_xor_sync(0xffffffffu, rm_b, o));
+    }
+    rm_a *= p.scale;
+    rm_b *= p.scale;
+    float cand_a = rm_a, cand_b = rm_b;
+    if (kTieFix) {  // fwdfix: a tie at this block's max lifts the candidate to beta*max (or 0 when negative)
+      int ta = 0, tb = 0;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        ta += (s[n][0] * p.scale >= rm_a - p.tie_tol) + (s[n][1] * p.scale >= rm_a - p.tie_tol);
+        tb += (s[n][2] * p.scale >= rm_b - p.tie_tol) + (s[n][3] * p.scale >= rm_b - p.tie_tol);
+      }
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        ta += __shfl_xor_sync(0xffffffffu, ta, o);
+        tb += __shfl_xor_sync(0xffffffffu, tb, o);
+      }
+      if (rm_a != neg_inf() && ta > 1) cand_a = rm_a > 0.0f ? p.beta * rm_a : (rm_a < 0.0f ? 0.0f : rm_a);
+      if (rm_b != neg_inf() && tb > 1) cand_b = rm_b > 0.0f ? p.beta * rm_b : (rm_b < 0.0f ? 0.0f : rm_b);
+    }
+    const float mn_a = fmaxf(m_a, cand_a), mn_b = fmaxf(m_b, cand_b);
+    const float mu_a = mn_a == neg_inf() ? 0.0f : mn_a, mu_b = mn_b == neg_inf() ? 0.0f : mn_b;
+    const float alpha_a = fast_exp2((m_a - mu_a) * kLog2e), alpha_b = fast_exp2((m_b - mu_b) * kLog2e);
+    m_a = mn_a;
+    m_b = mn_b;
+    // exp(S - m) as exp2(dot * scale log2e - m log2e): one FFMA and one MUFU per element.
+    const float sl2 = p.scale * kLog2e, ml_a = mu_a * kLog2e, ml_b = mu_b * kLog2e;
+    // P (FP32) into the row sums; bf16(P) (F4) into the A fragments of the PV product.
+    uint32_t pf[4][4];
+    float ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float e0 = fast_exp2(fmaf(s[n][0], sl2, -ml_a)), e1 = fast_exp2(fmaf(s[n][1], sl2, -ml_a));
+      const float e2 = fast_exp2(fmaf(s[n][2], sl2, -ml_b)), e3 = fast_exp2(fmaf(s[n][3], sl2, -ml_b));
+      ps_a += e0 + e1;
+      ps_b += e2 + e3;
+      pf[n >> 1][(n & 1) * 2] = pack_bf16(e0, e1);
+      pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(e2, e3);
+    }
+    l_a = l_a * alpha_a + ps_a;
+    l_b = l_b * alpha_b + ps_b;
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+      acc[n][0] *= alpha_a;
+      acc[n][1] *= alpha_a;
+      acc[n][2] *= alpha_b;
+      acc[n][3] *= alpha_b;
+    }
+    // O += bf16(P) V.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vb[4];
+        ldsm_x4_t(vb, smem_u32(vt + swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4))));
+        mma16816(acc[2 * dp], pf[kk], vb[0], vb[1]);
+        mma16816(acc[2 * dp + 1], pf[kk], vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before the next prefetch overwrites it
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = half ? row_b : row_a;
+    if (i >= p.Nq) continue;
+    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
+    const bool empty = m == neg_inf();
+    const int64_t base = ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D;
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+      const int d = n * 8 + 2 * tq;
+      const float x0 = empty ? 0.0f : acc[n][2 * half] / l, x1 = empty ? 0.0f : acc[n][2 * half + 1] / l;
+      *reinterpret_cast<__nv_bfloat162*>(p.o_out + base + d) = __floats2bfloat162_rn(x0, x1);  // F5
+      if (p.o_fp32_out) *reinterpret_cast<float2*>(p.o_fp32_out + base + d) = make_float2(x0, x1);
+    }
+    if (tq == 0) p.lse_out[(static_cast<int64_t>(b) * p.H + h) * p.Nq + i] = empty ? neg_inf() : m + logf(l);
+  }
+}
+
+}  // namespace gproj::cuda::detail

@@ -88,6 +88,24 @@ def shared_key_ratio(k):
     return (shared / rms).mean().item()
 
 
+def logit_stats(q, k, block=64, beta=2.0):
+    """The scores' size where fwdfix acts: the largest causal score S = scale q.k, the largest block max (blocks of
+    `block` keys, as the kernels) that is exactly tied, and the lift the published fwdfix rule would give it,
+    (beta - 1) r_m for r_m > 0 (its tied entries exp(-lift) underflow past ~87; gproj caps the lift at 16)."""
+    s = _causal_scores(q.to(torch.bfloat16).float(), k.to(torch.bfloat16).float())  # (B, H, N, N)
+    n = s.shape[-1]
+    pad = -n % block
+    if pad:
+        s = torch.nn.functional.pad(s, (0, pad), value=float("-inf"))
+    blocks = s.reshape(*s.shape[:-1], -1, block)
+    bmax = blocks.amax(-1)
+    tied = ((blocks == bmax.unsqueeze(-1)).sum(-1) >= 2) & torch.isfinite(bmax)
+    tied_max = bmax[tied].max().item() if tied.any() else None
+    out = {"max_logit": s.amax().item(), "max_tied_logit": tied_max, "tied_blocks": int(tied.sum().item())}
+    out["published_fwdfix_lift"] = (beta - 1) * tied_max if tied_max is not None and tied_max > 0 else 0.0
+    return out
+
+
 def audit_layer(q, k, v, do, variant):
     """Errors of the variant's gradients against float64 and the key/residual statistics of one layer."""
     ref = reference_grads(q, k, v, do)
@@ -95,6 +113,7 @@ def audit_layer(q, k, v, do, variant):
     out = {f"{name}_err": rel_error(g, r) for name, g, r in zip(("dq", "dk", "dv"), got, ref)}
     out.update(ds_row_residual(q, k, v, do))
     out["shared_key_ratio"] = shared_key_ratio(k)
+    out.update(logit_stats(q, k))
     return out
 
 

@@ -69,7 +69,14 @@ note "python extension (GPROJ_CUDA=1): $(cat "$out/python_build.rc" 2>/dev/null 
 if grep -q "^rc=0" "$out/python_build.rc" 2>/dev/null; then
   t0=$(date +%s)
   PYTHONPATH=python timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_attention.py >"$out/pytest.log" 2>&1
-  note "pytest test_attention.py (CUDA included): rc=$? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/pytest.log")"
+  rc=$?
+  note "pytest test_attention.py (CUDA included): rc=$rc in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/pytest.log")"
+  if [ $rc -ge 128 ]; then  # a crash: the native backtrace of the test that was running
+    crashed=$(grep -oE 'in (test_[a-z0-9_]+)' "$out/pytest.log" | tail -1 | cut -d' ' -f2)
+    PYTHONPATH=python timeout 120 cuda-gdb -batch -ex run -ex bt --args python3 -m pytest -q -p no:cacheprovider \
+      tests/python/test_attention.py -k "$crashed" >"$out/pytest_crash_bt.log" 2>&1
+    note "crash in $crashed: backtrace in pytest_crash_bt.log"
+  fi
   t0=$(date +%s)
   [ -n "${SKIP_PY_BENCH:-}" ] || PYTHONPATH=python timeout 200 python3 bench/attention_bench.py --reps 10 --warmup 3 --out "$out/attention_bench.json" \
     >"$out/attention_bench.txt" 2>&1

@@ -44,6 +44,8 @@ struct FlashParams {
   int block_k = 64;                    // key rows per tile
   float fwdfix_beta = 2.0f;            // m' = beta * r_m when a block's max r_m > 0 is tied
   float fwdfix_tie_tol = 0.0f;         // entries with S >= r_m - tol count as tied (0: exact ties)
+  float fwdfix_max_shift = 16.0f;      // the lift m' - r_m is capped here (inf: the published rule, whose tied
+                                       // entries exp(-(beta-1) r_m) underflow to O = NaN once r_m > ~87)
   Projection projection = Projection::kPWeighted;  // used by Variant::kGproj only (docs/gproj-projection.md)
   int lowrank_rank = 8;                // r of Projection::kLowRank
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)

@@ -47,6 +47,7 @@ nlohmann::json variant_params_json(const FlashParams& p) {
   if (p.variant == Variant::kFwdfix || p.variant == Variant::kGproj) {
     j["fwdfix_beta"] = p.fwdfix_beta;
     j["fwdfix_tie_tol"] = p.fwdfix_tie_tol;
+    j["fwdfix_max_shift"] = p.fwdfix_max_shift;
   }
   if (p.variant == Variant::kGproj) {
     j["projection"] = projection_name(p.projection);

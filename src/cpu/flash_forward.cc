@@ -17,16 +17,17 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The running-max candidate of one block row (GUIDE §1): with fwdfix, a block whose max r_m is tied
-// (>1 entries within tol) contributes beta*r_m if r_m > 0 and 0 if r_m < 0 instead of r_m.
-float block_max_candidate(const float* s, int cols, bool tie_fix, float beta, float tol) {
+// (>1 entries within tol) contributes beta*r_m if r_m > 0 and 0 if r_m < 0 instead of r_m, with the lift
+// capped at max_shift (r_m + max_shift) so the tied entries exp(-lift) never underflow (docs/numerics.md).
+float block_max_candidate(const float* s, int cols, bool tie_fix, float beta, float tol, float max_shift) {
   float rm = kNegInf;
   for (int j = 0; j < cols; ++j) rm = std::max(rm, s[j]);
   if (!tie_fix || rm == kNegInf) return rm;
   int ties = 0;
   for (int j = 0; j < cols; ++j) ties += s[j] >= rm - tol ? 1 : 0;
   if (ties <= 1) return rm;
-  if (rm > 0.0f) return beta * rm;
-  if (rm < 0.0f) return 0.0f;
+  if (rm > 0.0f) return (beta - 1.0f) * rm <= max_shift ? beta * rm : rm + max_shift;
+  if (rm < 0.0f) return -rm <= max_shift ? 0.0f : rm + max_shift;
   return rm;
 }
 
@@ -89,7 +90,8 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
               float* s = &S[i * Bk];
               const int64_t limit = i0 + i + d.Nk - d.Nq;  // last visible key of this row
               for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale * s[j];
-              const float cand = block_max_candidate(s, cols, tie_fix, params.fwdfix_beta, params.fwdfix_tie_tol);
+              const float cand = block_max_candidate(s, cols, tie_fix, params.fwdfix_beta, params.fwdfix_tie_tol,
+                                                 params.fwdfix_max_shift);
               const float m_new = std::max(m[i], cand);
               if (m_new == kNegInf) {  // nothing visible yet in this row
                 std::fill(s, s + cols, 0.0f);

@@ -82,6 +82,10 @@ float resolve_scale(const FlashParams& p, int64_t D) {
   if (!(p.fwdfix_beta >= 1.0f && p.fwdfix_beta <= 64.0f)) {
     throw Error(ErrorCode::kInvalidArgument, "fwdfix beta must lie in [1, 64], got " + std::to_string(p.fwdfix_beta));
   }
+  if (!(p.fwdfix_max_shift > 0.0f)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "fwdfix max shift must be > 0 (inf: uncapped), got " + std::to_string(p.fwdfix_max_shift));
+  }
   if (!(p.fwdfix_tie_tol >= 0.0f) || !std::isfinite(p.fwdfix_tie_tol)) {
     throw Error(ErrorCode::kInvalidArgument, "fwdfix tie tolerance must be finite and >= 0");
   }

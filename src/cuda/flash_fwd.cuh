@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const KernelParams 
 #pragma unroll
       for (int c = 0; c < kCols; ++c) ties += s[c] >= rm - p.tie_tol ? 1 : 0;
       ties += __shfl_xor_sync(0xffffffffu, ties, 1);
-      if (rm != neg_inf() && ties > 1) cand = rm > 0.0f ? p.beta * rm : (rm < 0.0f ? 0.0f : rm);
+      if (rm != neg_inf() && ties > 1) cand = tied_candidate(rm, p.beta, p.max_shift);
     }
     const float m_new = fmaxf(m, cand);
     float alpha = 1.0f, rowsum = 0.0f;

@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_ker
         ta += __shfl_xor_sync(0xffffffffu, ta, o);
         tb += __shfl_xor_sync(0xffffffffu, tb, o);
       }
-      if (rm_a != neg_inf() && ta > 1) cand_a = rm_a > 0.0f ? p.beta * rm_a : (rm_a < 0.0f ? 0.0f : rm_a);
-      if (rm_b != neg_inf() && tb > 1) cand_b = rm_b > 0.0f ? p.beta * rm_b : (rm_b < 0.0f ? 0.0f : rm_b);
+      if (rm_a != neg_inf() && ta > 1) cand_a = tied_candidate(rm_a, p.beta, p.max_shift);
+      if (rm_b != neg_inf() && tb > 1) cand_b = tied_candidate(rm_b, p.beta, p.max_shift);
     }
     const float mn_a = fmaxf(m_a, cand_a), mn_b = fmaxf(m_b, cand_b);
     const float mu_a = mn_a == neg_inf() ? 0.0f : mn_a, mu_b = mn_b == neg_inf() ? 0.0f : mn_b;

@@ -22,7 +22,7 @@ struct KernelParams {
   int B, Nq, Nk, H, Hkv, D;
   float scale;
   bool causal;
-  float beta, tie_tol;
+  float beta, tie_tol, max_shift;
   bool row_stats;                    // backward: r_i, s_i for every variant (the audit), not only the projection
   Strided q, k, v, o, dout;          // BF16 inputs
   const float* o_fp32;               // (B, Nq, H, D) contiguous, or null
@@ -49,6 +49,14 @@ __device__ __forceinline__ float load_bf16(const Strided& t, int b, int n, int h
 }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+// fwdfix's candidate for a block whose max rm (finite) is tied: beta rm above 0, 0 below, the lift capped at
+// max_shift; the same formula as block_max_candidate in src/cpu/flash_forward.cc.
+__device__ __forceinline__ float tied_candidate(float rm, float beta, float max_shift) {
+  if (rm > 0.0f) return (beta - 1.0f) * rm <= max_shift ? beta * rm : rm + max_shift;
+  if (rm < 0.0f) return -rm <= max_shift ? 0.0f : rm + max_shift;
+  return rm;
+}
 
 // Last key visible to query i (bottom-right causal alignment), or Nk - 1 when not causal.
 __device__ __forceinline__ int last_visible(const KernelParams& p, int i) {

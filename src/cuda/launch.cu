@@ -62,6 +62,7 @@ KernelParams base_params(const Problem& p) {
   k.causal = p.params.causal;
   k.beta = p.params.fwdfix_beta;
   k.tie_tol = p.params.fwdfix_tie_tol;
+  k.max_shift = p.params.fwdfix_max_shift;
   k.row_stats = p.row_stats;
   return k;
 }

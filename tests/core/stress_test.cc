@@ -35,8 +35,8 @@ TEST(StressSuite, RealGroupComesFromTestData) {
 }
 
 TEST(StressSuite, TiesAreExactInTheTieCases) {
-  // sink-ties-positive and ties-negative rely on bit-identical keys 0..3 in every kv head.
-  for (const char* name : {"sink-ties-positive", "ties-negative"}) {
+  // The tie cases rely on bit-identical keys 0..3 in every kv head.
+  for (const char* name : {"sink-ties-positive", "sink-ties-large", "ties-negative"}) {
     const AttentionState s = stress_suite(GPROJ_TEST_DATA, {name}).at(0).make();
     for (int64_t h = 0; h < s.k.shape[2]; ++h)
       for (int64_t j = 1; j < 4; ++j)

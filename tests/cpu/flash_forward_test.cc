@@ -157,7 +157,8 @@ TEST(Forward, TiesAtPositiveMaximumShowNoBiasUnderIeeeAccumulation) {
 // Why beta = 2 is the default: the shifted max beta * r_m makes the tied entries exp(-(beta - 1) r_m), which
 // leaves FP32's normal range once (beta - 1) r_m > 87. With a tied maximum r_m = 40, beta = 2 keeps O within
 // the derived tolerance while beta = 8 underflows (l = 0) and cannot produce a finite O.
-TEST(Forward, FwdfixBetaUnderflowBound) {
+// A state whose every row's max r_m (keys 0 and 1, identical) is tied: queries = a * k0 with S_i0 = r_m.
+AttentionState tied_max_state(double r_m) {
   const int64_t N = 32, D = 32;
   SyntheticSpec spec;
   spec.B = 1;
@@ -165,30 +166,51 @@ TEST(Forward, FwdfixBetaUnderflowBound) {
   spec.H = spec.Hkv = 1;
   spec.D = D;
   AttentionState s = make_synthetic(spec);
-  // Keys 0 and 1 identical; every query = a * k0 so that S_i0 = S_i1 = r_m ~ 40 is the tied row max.
   double k2 = 0;
   for (int64_t e = 0; e < D; ++e) k2 += std::pow(s.k.at(0, 0, 0, e).to_float(), 2);
-  const float a = static_cast<float>(40.0 * std::sqrt(double(D)) / k2);
+  const float a = static_cast<float>(r_m * std::sqrt(double(D)) / k2);
   for (int64_t e = 0; e < D; ++e) s.k.at(0, 1, 0, e) = s.k.at(0, 0, 0, e);
   for (int64_t i = 0; i < N; ++i)
     for (int64_t e = 0; e < D; ++e) s.q.at(0, i, 0, e) = bf16::from_float(a * s.k.at(0, 0, 0, e).to_float());
-  const OracleRun oracle = run_oracle(s);
-  FlashParams fp;
-  fp.variant = Variant::kFp32;
-  const VariantRun ref = run_variant(s, fp, oracle);
-  for (float beta : {2.0f, 3.0f, 8.0f}) {
+  return s;
+}
+
+// The published rule (uncapped lift (beta - 1) r_m) underflows once the lift passes ~87 (FP32's normal range
+// ends at exp(-87.3); subnormals last to ~103): beta 8 at r_m = 40, beta 2 at r_m = 120 give l = 0 and O = NaN.
+// The default cap (fwdfix_max_shift = 16) keeps both within the derived tolerance; below the cap the two rules
+// are the same bits.
+TEST(Forward, FwdfixLiftCapPreventsTheUnderflow) {
+  struct Row {
+    double r_m;
+    float beta;
+  };
+  for (const Row row : {Row{12, 2}, Row{40, 2}, Row{40, 8}, Row{120, 2}}) {
+    const AttentionState s = tied_max_state(row.r_m);
+    const OracleRun oracle = run_oracle(s);
+    FlashParams fp;
+    fp.variant = Variant::kFp32;
+    fp.causal = false;
+    const VariantRun ref = run_variant(s, fp, oracle);
     FlashParams p;
     p.variant = Variant::kFwdfix;
-    p.fwdfix_beta = beta;
-    p.block_k = N;
+    p.fwdfix_beta = row.beta;
+    p.block_k = 32;
     p.causal = false;
-    const ForwardResult f = flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), p);
-    const ErrorStats e = compare(f.o.view(), oracle.fwd.o.view());
-    std::printf("  beta %.0f: O %s\n", beta, describe(e).c_str());
-    if (beta <= 3.0f) {
-      EXPECT_LE(e.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << beta;
+    const ForwardResult capped = flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), p);
+    p.fwdfix_max_shift = INFINITY;
+    const ForwardResult published = flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), p);
+    const ErrorStats ec = compare(capped.o.view(), oracle.fwd.o.view());
+    const ErrorStats ep = compare(published.o.view(), oracle.fwd.o.view());
+    std::printf("  r_m %.0f beta %.0f: capped O %s | published O %s\n", row.r_m, row.beta, describe(ec).c_str(),
+                describe(ep).c_str());
+    EXPECT_LE(ec.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << row.r_m << " " << row.beta;
+    const double lift = (row.beta - 1) * row.r_m;
+    if (lift <= 16) {
+      for (size_t i = 0; i < capped.o.values.size(); ++i) ASSERT_EQ(capped.o.values[i].bits, published.o.values[i].bits);
+    } else if (lift < 87) {
+      EXPECT_LE(ep.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << row.r_m << " " << row.beta;
     } else {
-      EXPECT_FALSE(e.rel_fro <= 0.5) << "beta 8 was expected to underflow at r_m = 40";
+      EXPECT_FALSE(ep.rel_fro <= 0.5) << "the published rule was expected to underflow at lift " << lift;
     }
   }
 }
@@ -220,6 +242,9 @@ TEST(Forward, BadInputsRaiseTypedErrors) {
   p.fwdfix_beta = 0.5f;
   expect_error(ErrorCode::kInvalidArgument, "beta", run);
   p.fwdfix_beta = 2.0f;
+  p.fwdfix_max_shift = 0.0f;
+  expect_error(ErrorCode::kInvalidArgument, "max shift", run);
+  p.fwdfix_max_shift = 16.0f;
   Tensor<bf16> q12({2, 8, 2, 12}), k12({2, 8, 2, 12}), v12({2, 8, 2, 12});
   expect_error(ErrorCode::kUnsupported, "D = 12", [&] { flash_forward_cpu(q12.view(), k12.view(), v12.view(), p); });
   Tensor<bf16> q512({1, 2, 1, 512}), k512({1, 2, 1, 512});

@@ -210,3 +210,17 @@ def test_compare_runs_reports_the_loss_difference(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         compare_runs.main([str(a), str(b), "--max-loss-diff", "1e-9"])
     assert e.value.code == 1
+
+
+def test_logit_stats_find_exact_ties_at_the_block_max():
+    torch.manual_seed(0)
+    q = torch.randn(1, 70, 1, 16)
+    k = torch.randn(1, 70, 1, 16)
+    k[0, 66] = k[0, 65]  # keys 65 and 66 tie for every query (second block of 64 keys)
+    q[0, 69] = 20 * k[0, 65]  # query 69 scores them far above the rest
+    stats = attention_audit.logit_stats(q.to(torch.bfloat16), k.to(torch.bfloat16))
+    k65 = k[0, 65, 0].to(torch.bfloat16).float()
+    top = q[0, 69, 0].to(torch.bfloat16).float() @ k65 / 4
+    assert stats["max_logit"] == pytest.approx(top.item(), rel=1e-5)
+    assert stats["max_tied_logit"] == pytest.approx(top.item(), rel=1e-5)
+    assert stats["published_fwdfix_lift"] == pytest.approx(top.item(), rel=1e-5) and stats["tied_blocks"] >= 1

@@ -4,7 +4,8 @@
 
 #include <cmath>
 #include <limits>
-#include <sstream>
+#include <cstdio>
+#include <string>
 
 #include "gproj/error.h"
 
@@ -97,11 +98,9 @@ double column_sum_ratio(const TensorView<const double>& x) {
 }
 
 std::string describe(const ErrorStats& e) {
-  std::ostringstream os;
-  os.precision(3);
-  os << std::scientific << "rel " << e.rel_fro << ", max-abs " << e.max_abs << " at "
-     << format_extents(4, e.max_index);
-  return os.str();
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "rel %.3e, max-abs %.3e at ", e.rel_fro, e.max_abs);
+  return buf + format_extents(4, e.max_index);
 }
 
 }  // namespace gproj

@@ -3,7 +3,7 @@
 #include "gproj/tensor.h"
 
 #include <cmath>
-#include <sstream>
+#include <string>
 
 #include "gproj/error.h"
 
@@ -19,12 +19,12 @@ Extents contiguous_strides(const Extents& shape) {
   return s;
 }
 
+// No iostreams in the library's error paths: in the CUDA build of the PyTorch extension on the GPU machine the
+// first ostream insertion crashed inside the extension (device run 5, docs/pytorch.md); strings are built by hand.
 std::string format_extents(int rank, const Extents& shape) {
-  std::ostringstream os;
-  os << "(";
-  for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << shape[i];
-  os << ")";
-  return os.str();
+  std::string s = "(";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
 }
 
 std::string format_index(const TensorView<const bf16>& t, int64_t flat) {

@@ -23,7 +23,10 @@ def project_version():
 
 
 def git_commit():
-    """The commit as cmake/build_info.cmake records it: 12 hex digits, -dirty when tracked files differ."""
+    """The commit as cmake/build_info.cmake records it: 12 hex digits, -dirty when tracked files differ; the
+    environment's GPROJ_COMMIT wins (the GPU machine's scripts pass it: a carried marker file went stale there)."""
+    if os.environ.get("GPROJ_COMMIT"):
+        return os.environ["GPROJ_COMMIT"]
     def git(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 

@@ -2,7 +2,10 @@
 # reports name the commit the binary was really built from. Run by the gproj_build_info target.
 execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
                 OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0 OR NOT commit)
+if(DEFINED ENV{GPROJ_COMMIT} AND NOT "$ENV{GPROJ_COMMIT}" STREQUAL "")
+  # The GPU machine's scripts pass the commit (a carried .gproj_commit once went stale there).
+  set(commit "$ENV{GPROJ_COMMIT}")
+elseif(NOT rc EQUAL 0 OR NOT commit)
   # A copy of the tree without .git (the GPU machine) can carry the commit in .gproj_commit.
   if(EXISTS ${SRC}/.gproj_commit)
     file(STRINGS ${SRC}/.gproj_commit commit LIMIT_COUNT 1)

@@ -183,7 +183,7 @@ def parse_args(argv=None):
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=32, help="global batch (split across ranks)")
-    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--steps", type=int, default=15000)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--clip", type=float, default=1.0)

@@ -3,7 +3,8 @@
 # run the C++ tests (GPU ones included), compute-sanitizer on small cases, the audit on the GPU, and print a
 # short summary last. Logs and reports go to $OUT. First `bash scripts/device_deps.sh` here (Debian build deps
 # into .deps, the commit into .gproj_commit: the copy there has no .git), then the device tool runs
-# `bash scripts/device_check.sh` with carry [".deps", ".gproj_commit"].
+# `GPROJ_COMMIT=<commit> bash scripts/device_check.sh` with carry [".deps", ".gproj_commit"] (the builds record
+# GPROJ_COMMIT; a carried .gproj_commit once reached the machine stale).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"
@@ -19,7 +20,8 @@ if [ -d .deps/debs ]; then
   for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
 fi
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
+export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
+{ echo "gproj commit: $GPROJ_COMMIT"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1; } | tee "$out/env.txt"
 
 # The PyTorch extension with the CUDA kernels builds in the background while CMake builds the C++ targets.

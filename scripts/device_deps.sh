@@ -10,5 +10,5 @@ cd .deps/debs
 apt-get download libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 \
   libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 libbenchmark-dev libbenchmark1debian
 cd ../..
-git describe --always --dirty --abbrev=12 > .gproj_commit
+git describe --always --dirty --abbrev=12 > .gproj_commit  # pass it as GPROJ_COMMIT too (see device_check.sh)
 echo "device_deps: $(ls .deps/debs | wc -l) packages in .deps/debs ($(du -sh .deps | cut -f1)); commit $(cat .gproj_commit)"

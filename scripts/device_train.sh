@@ -3,7 +3,7 @@
 # prepares the corpus once, then runs the plan's training jobs (several at a time, one or more per GPU) and
 # packs their run folders (metrics, audits, env, summary; no state files) into $OUT/runs.tgz.
 #
-#   bash scripts/device_train.sh PLAN     (device tool: carry [".deps", ".gproj_commit"])
+#   GPROJ_COMMIT=<commit> bash scripts/device_train.sh PLAN     (device tool: carry [".deps", ".gproj_commit"])
 #
 # PLAN has one job per line, `GPUS NAME ARGS...` (ARGS go to examples/train_gpt.py; GPUS "0" or "0,1": two or
 # more GPUs run under torchrun with DDP), and lines `wait` that wait for the jobs started so far. Lines
@@ -25,7 +25,8 @@ if [ -d .deps/debs ]; then
 fi
 export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
 export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
-nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/logs/env.txt"
+export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
+{ echo "gproj commit: $GPROJ_COMMIT"; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; } | tee "$out/logs/env.txt"
 
 t0=$(date +%s)
 GPROJ_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace >"$out/logs/python_build.log" 2>&1 ||

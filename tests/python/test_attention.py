@@ -295,3 +295,33 @@ def test_cuda_within_derived_tolerance(variant):
         err = errors({f: out[f].cpu() for f in FIELDS}, ref)
         for f in FIELDS:
             assert err[f] <= tol[f], f"cuda {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+
+
+def misaligned_copy(t):
+    """A copy of t whose data starts 2 bytes past a 16-byte boundary: the v1 kernels' 16-byte row copies cannot
+    take it, so the launch file falls back to the v0 reference kernels."""
+    flat = torch.empty(t.numel() + 8, dtype=t.dtype, device=t.device)
+    out = flat[1 : 1 + t.numel()].view(t.shape)
+    out.copy_(t)
+    assert out.data_ptr() % 16 != 0
+    return out
+
+
+@pytest.mark.cuda
+@needs_cuda_device
+@needs_cuda_kernels
+@pytest.mark.parametrize("variant", ["baseline", "gproj"])
+def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(variant):
+    for case in CASES:
+        (q, k, v, do, causal, scale), ref, tol = case_data(case)
+        if q.shape[-1] not in CUDA_HEAD_DIMS:
+            continue
+        aligned = run_gproj(variant, q.cuda(), k.cuda(), v.cuda(), do.cuda(), causal, scale)
+        qm, km, vm = (misaligned_copy(t.cuda()).requires_grad_() for t in (q, k, v))
+        om = gproj.attention(qm, km, vm, causal, scale, variant)
+        mis = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(om, (qm, km, vm), misaligned_copy(do.cuda()))))
+        mis["o"] = om.detach()
+        for name, out in (("aligned (v1)", aligned), ("misaligned (v0)", mis)):
+            err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+            for f in FIELDS:
+                assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"

@@ -15,6 +15,7 @@ enum class ErrorCode {
   kInvalidArgument,  // a parameter out of its domain (scale <= 0, block size 0, unknown name)
   kFormat,       // a malformed or truncated file
   kIO,           // the operating system refused a read or write
+  kDevice,       // the GPU runtime failed or is missing (a CUDA error, no device)
 };
 
 const char* error_code_name(ErrorCode code);

@@ -13,6 +13,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kInvalidArgument: return "invalid argument";
     case ErrorCode::kFormat: return "format error";
     case ErrorCode::kIO: return "I/O error";
+    case ErrorCode::kDevice: return "device error";
   }
   return "error";
 }

@@ -121,7 +121,7 @@ void check_finite_impl(const std::string& name, const TensorView<const T>& t, To
             throw Error(ErrorCode::kNonFinite,
                         name + " holds " + (std::isnan(x) ? "NaN" : "Inf") + " at " +
                             format_extents(t.rank, Extents{a, b, c, e}) +
-                            " (pass allow_nonfinite / --allow-nonfinite to compute anyway)");
+                            " (C++: FlashParams::allow_nonfinite, CLI: --allow-nonfinite compute anyway; the PyTorch op always refuses)");
           }
         }
 }

@@ -17,11 +17,11 @@ namespace gproj::cuda {
 namespace {
 
 void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(ErrorCode::kIO, std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw Error(ErrorCode::kDevice, std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
 void check_status(const Status& s) {
-  if (!s.ok) throw Error(ErrorCode::kUnsupported, "CUDA kernels: " + s.message);
+  if (!s.ok) throw Error(s.code, "CUDA kernels: " + s.message);
 }
 
 class DeviceBuffer {

@@ -21,32 +21,32 @@ using detail::kBlockK;
 using detail::kBlockQ;
 using detail::kThreads;
 
-Status fail(const std::string& m) { return Status{false, m}; }
+Status fail(ErrorCode code, const std::string& m) { return Status{false, code, m}; }
 
 Status check_problem(const Problem& p) {
-  if (p.B < 1 || p.Nq < 1 || p.Nk < 1 || p.H < 1 || p.Hkv < 1) return fail("extents must be >= 1");
-  if (p.H % p.Hkv != 0) return fail("H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
-  if (p.D != 64 && p.D != 128) return fail("unsupported head dim D = " + std::to_string(p.D) + " (CUDA supports 64, 128)");
-  if (!(p.softmax_scale > 0.0f)) return fail("softmax_scale must be > 0");
+  if (p.B < 1 || p.Nq < 1 || p.Nk < 1 || p.H < 1 || p.Hkv < 1) return fail(ErrorCode::kShape, "extents must be >= 1");
+  if (p.H % p.Hkv != 0) return fail(ErrorCode::kShape, "H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
+  if (p.D != 64 && p.D != 128) return fail(ErrorCode::kUnsupported, "unsupported head dim D = " + std::to_string(p.D) + " (CUDA supports 64, 128)");
+  if (!(p.softmax_scale > 0.0f)) return fail(ErrorCode::kInvalidArgument, "softmax_scale must be > 0");
   const Projection proj = effective_projection(p.params);
   if (proj != Projection::kNone && proj != Projection::kPWeighted) {
-    return fail(std::string("projection '") + projection_name(proj) + "' is not implemented on CUDA (pweighted is)");
+    return fail(ErrorCode::kUnsupported, std::string("projection '") + projection_name(proj) + "' is not implemented on CUDA (pweighted is)");
   }
   const int64_t big = int64_t{1} << 31;
-  if (p.B * p.H * p.Nq * p.D >= big || p.B * p.H * p.Nk * p.D >= big) return fail("problem too large for int32 indexing");
+  if (p.B * p.H * p.Nq * p.D >= big || p.B * p.H * p.Nk * p.D >= big) return fail(ErrorCode::kUnsupported, "problem too large for int32 indexing");
   return {};
 }
 
 Status last_error(const char* what) {
   const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? Status{} : fail(std::string(what) + ": " + cudaGetErrorString(e));
+  return e == cudaSuccess ? Status{} : fail(ErrorCode::kDevice, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
 detail::Strided strided(const DeviceTensor& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
 
 Status check_tensor(const char* name, const DeviceTensor& t) {
-  if (t.data == nullptr) return fail(std::string(name) + " is null");
-  if (t.stride[3] != 1) return fail(std::string(name) + " must be contiguous in D (stride 1)");
+  if (t.data == nullptr) return fail(ErrorCode::kInvalidArgument, std::string(name) + " is null");
+  if (t.stride[3] != 1) return fail(ErrorCode::kShape, std::string(name) + " must be contiguous in D (stride 1)");
   return {};
 }
 
@@ -137,7 +137,7 @@ Status forward_variant(const KernelParams& k, Variant v, bool tc, cudaStream_t s
     case Variant::kFwdfix:
     case Variant::kGproj: return forward_d<D, true, true>(k, stream);
   }
-  return fail("unknown variant");
+  return fail(ErrorCode::kInvalidArgument, "unknown variant");
 }
 
 template <int D, bool kRound, bool kPWeighted>
@@ -207,7 +207,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
                const DeviceTensor& o, const DeviceTensor& lse, const DeviceTensor& o_fp32, void* stream) {
   for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v)})
     if (!s.ok) return s;
-  if (o.data == nullptr || lse.data == nullptr) return fail("o and lse outputs are required");
+  if (o.data == nullptr || lse.data == nullptr) return fail(ErrorCode::kInvalidArgument, "o and lse outputs are required");
   KernelParams kp = base_params(p);
   kp.q = strided(q);
   kp.k = strided(k);
@@ -231,10 +231,12 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
                    check_tensor("o", o), check_tensor("do", dout)})
     if (!s.ok) return s;
   if (lse.data == nullptr || dq.data == nullptr || dk.data == nullptr || dv.data == nullptr || workspace == nullptr) {
-    return fail("lse, dq, dk, dv and the workspace are required");
+    return fail(ErrorCode::kInvalidArgument, "lse, dq, dk, dv and the workspace are required");
   }
   const bool fp32 = p.params.variant == Variant::kFp32;
-  if (fp32 && o_fp32.data == nullptr) return fail("variant fp32 needs the forward's FP32 O (o_fp32)");
+  if (fp32 && o_fp32.data == nullptr) {
+    return fail(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");
+  }
   const bool pweighted = effective_projection(p.params) == Projection::kPWeighted;
   KernelParams kp = base_params(p);
   kp.q = strided(q);

@@ -117,11 +117,11 @@ gproj::cuda::Problem problem_of(const at::Tensor& q, const at::Tensor& k, const 
 
 void require_cuda() {
   std::string why;
-  if (!gproj::cuda::available(&why)) throw std::runtime_error("gproj CUDA kernels unavailable: " + why);
+  if (!gproj::cuda::available(&why)) throw Error(ErrorCode::kDevice, "gproj CUDA kernels unavailable: " + why);
 }
 
 void check(const gproj::cuda::Status& s) {
-  if (!s.ok) throw std::runtime_error("gproj CUDA: " + s.message);
+  if (!s.ok) throw Error(s.code, "gproj CUDA: " + s.message);  // the code picks the Python exception type
 }
 
 Tensors3 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashParams& p) {
@@ -233,6 +233,7 @@ PyObject* python_exception(ErrorCode code) {
   switch (code) {
     case ErrorCode::kDtype: return PyExc_TypeError;
     case ErrorCode::kIO: return PyExc_OSError;
+    case ErrorCode::kDevice: return PyExc_RuntimeError;
     case ErrorCode::kShape:
     case ErrorCode::kNonFinite:
     case ErrorCode::kUnsupported:

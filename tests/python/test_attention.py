@@ -278,7 +278,7 @@ def test_cuda_tensors_without_cuda_kernels_raise():
 @needs_cuda_kernels
 def test_cuda_head_dim_outside_the_kernels_raises():
     x = bad((1, 8, 2, 32), device="cuda")
-    with pytest.raises(RuntimeError, match="head dim D = 32"):
+    with pytest.raises(ValueError, match="head dim D = 32"):
         gproj.attention(x, x, x)
 
 

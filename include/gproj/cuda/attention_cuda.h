@@ -6,11 +6,13 @@
 #include <string>
 
 #include "gproj/attention.h"
+#include "gproj/error.h"
 
 namespace gproj::cuda {
 
 struct Status {
   bool ok = true;
+  ErrorCode code = ErrorCode::kInvalidArgument;  // when !ok: kShape, kInvalidArgument, kUnsupported or kDevice
   std::string message;  // what went wrong, naming the argument or the CUDA error
 };
 

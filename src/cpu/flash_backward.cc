@@ -155,7 +155,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
           gemm.tn(cols, D, rows, Pb.data(), Bk, &dO[i0 * D], D, &dVacc[j0 * D], D, true);  // dV += P^T dO
           gemm.tn(cols, D, rows, dSb.data(), Bk, &Q[i0 * D], D, &dKacc[j0 * D], D, true);  // dK += dS^T Q
           gemm.nn(rows, D, cols, dSb.data(), Bk, &K[j0 * D], D, &dQacc[i0 * D], D, true);  // dQ += dS K
-          proj.accumulate(i0, rows, j0, cols, Pb.data(), dSb_raw.data(), dSb.data(), Bk);
+          proj.accumulate(i0, rows, j0, cols, P.data(), Pb.data(), dSb_raw.data(), dSb.data(), Bk);
         }
       }
       if (proj.needs_p_sweep()) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace gproj::cpu {
 
@@ -52,6 +53,44 @@ void symmetric_eigen(std::vector<double>& A, int n, std::vector<double>& V) {
   V.swap(sorted);
 }
 
+// The top-r eigenvectors of the symmetric positive semi-definite (n, n) matrix G by subspace iteration:
+// X <- orthonormalise(G X), kIters times, from a fixed pseudo-random start (a hash of the indices), with
+// modified Gram-Schmidt in double. The same few steps a GPU pre-pass can run (one CTA per head); U only
+// has to span the dominant directions of K (the shared component first), not to converge to the last digit.
+void top_eigenvectors(const std::vector<double>& G, int n, int r, std::vector<double>& X) {
+  constexpr int kIters = 24;
+  X.assign(static_cast<size_t>(n) * r, 0.0);
+  for (int a = 0; a < n; ++a)
+    for (int c = 0; c < r; ++c) {
+      uint32_t h = static_cast<uint32_t>(a * 7919 + c * 104729 + 17);
+      h ^= h >> 16, h *= 0x7feb352dU, h ^= h >> 15, h *= 0x846ca68bU, h ^= h >> 16;
+      X[a * r + c] = static_cast<double>(h) / 4294967296.0 - 0.5;
+    }
+  std::vector<double> Y(X.size());
+  for (int it = 0; it <= kIters; ++it) {
+    if (it > 0) {  // Y = G X
+      std::fill(Y.begin(), Y.end(), 0.0);
+      for (int a = 0; a < n; ++a)
+        for (int b = 0; b < n; ++b) {
+          const double g = G[a * n + b];
+          for (int c = 0; c < r; ++c) Y[a * r + c] += g * X[b * r + c];
+        }
+      X.swap(Y);
+    }
+    for (int c = 0; c < r; ++c) {  // modified Gram-Schmidt on the columns
+      for (int d = 0; d < c; ++d) {
+        double dot = 0;
+        for (int a = 0; a < n; ++a) dot += X[a * r + c] * X[a * r + d];
+        for (int a = 0; a < n; ++a) X[a * r + c] -= dot * X[a * r + d];
+      }
+      double norm = 0;
+      for (int a = 0; a < n; ++a) norm += X[a * r + c] * X[a * r + c];
+      norm = std::sqrt(norm);
+      for (int a = 0; a < n; ++a) X[a * r + c] = norm > 0 ? X[a * r + c] / norm : 0.0;
+    }
+  }
+}
+
 }  // namespace
 
 RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm)
@@ -64,6 +103,7 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
   }
   if (kind_ == Projection::kTopK || kind_ == Projection::kTopKRest || kind_ == Projection::kTopKLowRank) {
     top_p_.assign(static_cast<size_t>(h_.Nq) * k_, -1.0f);
+    top_rank_.assign(top_p_.size(), -1.0f);
     top_j_.assign(top_p_.size(), -1);
   }
   if (kind_ == Projection::kLowRank || kind_ == Projection::kTopKLowRank) {
@@ -72,12 +112,20 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
     for (int64_t j = 0; j < h_.Nk; ++j)
       for (int a = 0; a < D; ++a)
         for (int b = 0; b < D; ++b) gram[a * D + b] += double(h_.K[j * D + a]) * h_.K[j * D + b];
-    symmetric_eigen(gram, D, V);
-    U_.resize(static_cast<size_t>(D) * rank_);
-    for (int a = 0; a < D; ++a)
-      for (int c = 0; c < rank_; ++c) U_[a * rank_ + c] = static_cast<float>(V[a * D + c]);
+    if (kind_ == Projection::kLowRank) {  // the study's reference form: exact eigenvectors (Jacobi)
+      symmetric_eigen(gram, D, V);
+      U_.resize(static_cast<size_t>(D) * rank_);
+      for (int a = 0; a < D; ++a)
+        for (int c = 0; c < rank_; ++c) U_[a * rank_ + c] = static_cast<float>(V[a * D + c]);
+    } else {  // topk-lowrank, the GPU form: subspace iteration, and K U rounded to BF16 (a tensor-core operand)
+      top_eigenvectors(gram, D, rank_, V);
+      U_.assign(V.begin(), V.end());
+    }
     KU_.assign(static_cast<size_t>(h_.Nk) * rank_, 0.0f);
     gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);
+    if (kind_ == Projection::kTopKLowRank) {
+      for (float& x : KU_) x = round_bf16(x);
+    }
     pku_.assign(static_cast<size_t>(h_.Nq) * rank_, 0.0f);
   }
 }
@@ -101,8 +149,8 @@ void RowProjection::compensate_tile(int rows, int cols, const float* P, const fl
   }
 }
 
-void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* Pb, const float* dSb_raw,
-                               const float* dSb, int ld) {
+void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* P, const float* Pb,
+                               const float* dSb_raw, const float* dSb, int ld) {
   for (int i = 0; i < rows; ++i) {
     float raw = 0.0f, used = 0.0f, ps = 0.0f;
     for (int j = 0; j < cols; ++j) {
@@ -114,14 +162,16 @@ void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const
     r_[i0 + i] += used;
     s_[i0 + i] += ps;
     if (!top_p_.empty()) {
+      float* tr = &top_rank_[(i0 + i) * k_];
       float* tp = &top_p_[(i0 + i) * k_];
       int64_t* tj = &top_j_[(i0 + i) * k_];
       for (int j = 0; j < cols; ++j) {
-        float p = Pb[i * ld + j];
-        if (!(p > tp[k_ - 1])) continue;  // insertion into the descending list; ties keep the earlier key
+        const float p = P[i * ld + j];
+        if (!(p > tr[k_ - 1]) || !(Pb[i * ld + j] > 0.0f)) continue;  // descending; ties keep the earlier key
         int t = k_ - 1;
-        for (; t > 0 && p > tp[t - 1]; --t) tp[t] = tp[t - 1], tj[t] = tj[t - 1];
-        tp[t] = p;
+        for (; t > 0 && p > tr[t - 1]; --t) tr[t] = tr[t - 1], tp[t] = tp[t - 1], tj[t] = tj[t - 1];
+        tr[t] = p;
+        tp[t] = Pb[i * ld + j];
         tj[t] = j0 + j;
       }
     }

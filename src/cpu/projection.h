@@ -29,9 +29,10 @@ class RowProjection {
   // sum matches its FP32 sum, the difference re-rounded onto the entry of largest P. No-op otherwise.
   void compensate_tile(int rows, int cols, const float* P, const float* dS, float* dSb, int ld) const;
 
-  // Gathers the statistics of one tile: Pb = bf16(P), dSb = the BF16 dS the GEMMs used.
-  void accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* Pb, const float* dSb_raw,
-                  const float* dSb, int ld);
+  // Gathers the statistics of one tile: P in FP32 (the top-k ranking), Pb = bf16(P) (every weight),
+  // dSb = the BF16 dS the GEMMs used.
+  void accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* P, const float* Pb,
+                  const float* dSb_raw, const float* dSb, int ld);
 
   // Does Projection::kPWeighted need a second sweep over the P tiles for dK? (see dk_pweighted_tile)
   bool needs_p_sweep() const { return kind_ == Projection::kPWeighted; }
@@ -65,7 +66,10 @@ class RowProjection {
   std::vector<float> KU_;       // (Nk, rank)
   std::vector<float> pku_;      // (Nq, rank) sum_j bf16(P)_ij (K U)_j  (low rank)
   int k_;                       // top-k: entries kept per row
-  std::vector<float> top_p_;    // (Nq, k) largest bf16(P) of each row so far, descending  (top-k)
+  // top-k: the k keys of largest FP32 P of each row (= largest S, so a forward pass can find them on the GPU),
+  // ties to the earlier key; their weights are bf16(P).
+  std::vector<float> top_rank_; // (Nq, k) their FP32 P, descending
+  std::vector<float> top_p_;    // (Nq, k) their bf16(P)
   std::vector<int64_t> top_j_;  // (Nq, k) their key indices (-1: empty slot)
 };
 

@@ -24,15 +24,29 @@ export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unk
 { echo "gproj commit: $GPROJ_COMMIT"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1; } | tee "$out/env.txt"
 
-# The PyTorch extension with the CUDA kernels builds in the background while CMake builds the C++ targets.
-export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
-export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
-( t=$(date +%s); GPROJ_CUDA=1 MAX_JOBS=8 python3 setup.py build_ext --inplace >"$out/python_build.log" 2>&1;
-  echo "rc=$? in $(( $(date +%s) - t )) s" >"$out/python_build.rc" ) &
-py_build=$!
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+# Binaries built here by scripts/device_prebuild.sh for this very commit, or a build on this machine.
+prebuilt=""
+if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then prebuilt=1; fi
+if [ -n "$prebuilt" ]; then
+  cuda_tests_bin=.prebuilt/bin/cuda_tests gproj_bin=.prebuilt/bin/gproj bench_bin=.prebuilt/bin/cuda_attention_bench
+  cp .prebuilt/_C.cpython-312-x86_64-linux-gnu.so python/gproj/
+  echo "rc=0 (prebuilt for $GPROJ_COMMIT)" >"$out/python_build.rc"
+  py_build=""
+  note "build: prebuilt binaries of $GPROJ_COMMIT"
+else
+  cuda_tests_bin=build/device/tests/cuda_tests gproj_bin=build/device/gproj bench_bin=build/device/bench/cuda_attention_bench
+  # The PyTorch extension with the CUDA kernels builds in the background while CMake builds the C++ targets.
+  export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
+  export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
+  ( t=$(date +%s); GPROJ_CUDA=1 MAX_JOBS=8 python3 setup.py build_ext --inplace >"$out/python_build.log" 2>&1;
+    echo "rc=$? in $(( $(date +%s) - t )) s" >"$out/python_build.rc" ) &
+  py_build=$!
+fi
 
 # ONLY_PYTHON=1 skips the CMake build and the C++ GPU suites (the extension, pytest and the benchmark still run).
 if [ -z "${ONLY_PYTHON:-}" ]; then
+if [ -z "$prebuilt" ]; then
 t0=$(date +%s)
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DGPROJ_BUILD_BENCH=ON -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
@@ -40,36 +54,37 @@ cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PA
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
 if [ $rc -ne 0 ]; then tail -40 "$out/configure.log" "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
+fi
 
 # The CPU suites run in CI; here the GPU ones (each step bounded so a hang still returns a summary).
 t0=$(date +%s)
-timeout 150 build/device/tests/cuda_tests >"$out/cuda_tests.log" 2>&1
+timeout 150 "$cuda_tests_bin" >"$out/cuda_tests.log" 2>&1
 note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
 
 small='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q1_k97_h2x2_d64*'
 for tool in memcheck racecheck; do
   t0=$(date +%s)
-  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 build/device/tests/cuda_tests --gtest_filter="$small" \
+  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cuda_tests_bin" --gtest_filter="$small" \
     >"$out/sanitizer_$tool.log" 2>&1
   note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
 done
 
 t0=$(date +%s)
-timeout 60 build/device/gproj check --suite stress --device all --quiet --json "$out/check.json" \
+timeout 60 "$gproj_bin" check --suite stress --device all --quiet --json "$out/check.json" \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
 note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
-timeout 60 build/device/gproj check --suite stress --cases real --variants gproj --device cuda --deterministic --quiet \
+timeout 60 "$gproj_bin" check --suite stress --cases real --variants gproj --device cuda --deterministic --quiet \
   >"$out/check_deterministic.txt" 2>&1
 note "gproj check --deterministic (real states): rc=$?"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30
 
 t0=$(date +%s)
-timeout 120 build/device/bench/cuda_attention_bench >"$out/cuda_bench.txt" 2>&1
+timeout 120 "$bench_bin" >"$out/cuda_bench.txt" 2>&1
 note "cuda_attention_bench: rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench.txt"
 fi
 
-wait $py_build
+[ -z "$py_build" ] || wait "$py_build"
 note "python extension (GPROJ_CUDA=1): $(cat "$out/python_build.rc" 2>/dev/null || echo 'no result')"
 { readelf -d python/gproj/_C*.so | grep NEEDED; echo "ostream symbols defined in _C: $(nm -C --defined-only python/gproj/_C*.so | grep -c basic_ostream)"; } \
   >"$out/python_ext_linkage.txt" 2>&1

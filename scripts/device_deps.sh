@@ -8,7 +8,8 @@ grep -qx '/.gproj_commit' .git/info/exclude 2>/dev/null || echo '/.gproj_commit'
 mkdir -p .deps/debs
 cd .deps/debs
 apt-get download libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 \
-  libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 libbenchmark-dev libbenchmark1debian
+  libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 libbenchmark-dev libbenchmark1debian \
+  libgomp1
 cd ../..
 git describe --always --dirty --abbrev=12 > .gproj_commit  # pass it as GPROJ_COMMIT too (see device_check.sh)
 echo "device_deps: $(ls .deps/debs | wc -l) packages in .deps/debs ($(du -sh .deps | cut -f1)); commit $(cat .gproj_commit)"

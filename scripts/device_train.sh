@@ -3,7 +3,9 @@
 # prepares the corpus once, then runs the plan's training jobs (several at a time, one or more per GPU) and
 # packs their run folders (metrics, audits, env, summary; no state files) into $OUT/runs.tgz.
 #
-#   GPROJ_COMMIT=<commit> bash scripts/device_train.sh PLAN     (device tool: carry [".deps", ".gproj_commit"])
+#   GPROJ_COMMIT=<commit> bash scripts/device_train.sh PLAN
+# (device tool: carry [".deps", ".gproj_commit", ".prebuilt"]; .prebuilt from scripts/device_prebuild.sh, else the
+# extension is built there, about a minute)
 #
 # PLAN has one job per line, `GPUS NAME ARGS...` (ARGS go to examples/train_gpt.py; GPUS "0" or "0,1": two or
 # more GPUs run under torchrun with DDP), and lines `wait` that wait for the jobs started so far. Lines
@@ -29,9 +31,14 @@ export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unk
 { echo "gproj commit: $GPROJ_COMMIT"; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; } | tee "$out/logs/env.txt"
 
 t0=$(date +%s)
-GPROJ_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace >"$out/logs/python_build.log" 2>&1 ||
-  { tail -30 "$out/logs/python_build.log"; exit 1; }
-echo "== extension built in $(( $(date +%s) - t0 )) s"
+if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then  # scripts/device_prebuild.sh
+  cp .prebuilt/_C.cpython-312-x86_64-linux-gnu.so python/gproj/
+  echo "== extension prebuilt for $GPROJ_COMMIT"
+else
+  GPROJ_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace >"$out/logs/python_build.log" 2>&1 ||
+    { tail -30 "$out/logs/python_build.log"; exit 1; }
+  echo "== extension built in $(( $(date +%s) - t0 )) s"
+fi
 python3 examples/prepare_data.py --cache build/data >"$out/logs/prepare_data.log" 2>&1 ||
   { tail -20 "$out/logs/prepare_data.log"; exit 1; }
 tail -1 "$out/logs/prepare_data.log"

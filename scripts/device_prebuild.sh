@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds here (nvcc, no GPU needed) what scripts/device_check.sh otherwise builds on the GPU machine, so a device
+# command spends its minutes on tests and benchmarks: the CUDA C++ targets (cuda_tests, gproj,
+# cuda_attention_bench; sm_90, portable CPU flags) and the PyTorch extension with the CUDA kernels for the GPU
+# machine's Python 3.12 and torch 2.11.0+cu130 (a venv in build/venv312 with the same torch from PyPI). Both are
+# stripped into .prebuilt/ (ignored; name it in the device tool's carry) with the commit in .prebuilt/COMMIT;
+# device_check.sh uses them when that commit equals GPROJ_COMMIT and builds on the machine otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.prebuilt/' .git/info/exclude 2>/dev/null || echo '/.prebuilt/' >> .git/info/exclude
+commit=$(git describe --always --dirty --abbrev=12)
+export GPROJ_COMMIT=$commit
+t0=$SECONDS
+
+cmake -S . -B build/prebuilt -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPROJ_NATIVE=OFF -DGPROJ_BUILD_BENCH=ON \
+  -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >build/prebuilt.configure.log 2>&1 ||
+  { tail -20 build/prebuilt.configure.log; exit 1; }
+cmake --build build/prebuilt -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench >build/prebuilt.build.log 2>&1 ||
+  { tail -30 build/prebuilt.build.log; exit 1; }
+
+py=build/venv312/bin/python
+if ! "$py" -c 'import torch, sys; assert torch.__version__.startswith("2.11.0") and sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+  command -v python3.12 >/dev/null || { echo "device_prebuild: python3.12 is needed for the GPU machine's extension" >&2; exit 1; }
+  python3.12 -m venv build/venv312
+  "$py" -m pip install -q --disable-pip-version-check torch==2.11.0 numpy setuptools
+fi
+# In place: the 3.12 module (_C.cpython-312-...so) and its build/temp.*-cpython-312 objects sit beside the CI
+# venv's 3.11 ones without touching them.
+GPROJ_CUDA=1 MAX_JOBS="$(nproc)" "$py" setup.py build_ext --inplace >build/prebuilt.python.log 2>&1 ||
+  { tail -30 build/prebuilt.python.log; exit 1; }
+
+rm -rf .prebuilt && mkdir -p .prebuilt/bin
+cp build/prebuilt/tests/cuda_tests build/prebuilt/gproj build/prebuilt/bench/cuda_attention_bench .prebuilt/bin/
+cp python/gproj/_C.cpython-312-x86_64-linux-gnu.so .prebuilt/
+strip .prebuilt/bin/* .prebuilt/_C.cpython-312-x86_64-linux-gnu.so
+echo "$commit" > .prebuilt/COMMIT
+echo "device_prebuild: $(du -sh .prebuilt | cut -f1) in .prebuilt for $commit in $((SECONDS - t0)) s"

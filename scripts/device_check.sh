@@ -3,8 +3,9 @@
 # run the C++ tests (GPU ones included), compute-sanitizer on small cases, the audit on the GPU, and print a
 # short summary last. Logs and reports go to $OUT. First `bash scripts/device_deps.sh` here (Debian build deps
 # into .deps, the commit into .gproj_commit: the copy there has no .git), then the device tool runs
-# `GPROJ_COMMIT=<commit> bash scripts/device_check.sh` with carry [".deps", ".gproj_commit"] (the builds record
-# GPROJ_COMMIT; a carried .gproj_commit once reached the machine stale).
+# `GPROJ_COMMIT=<commit> bash scripts/device_check.sh` with carry [".deps", ".gproj_commit", ".prebuilt"] (the
+# builds record GPROJ_COMMIT; a carried .gproj_commit once reached the machine stale). With .prebuilt from
+# scripts/device_prebuild.sh for the same commit nothing is built there (saves 1.5 minutes of device time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"

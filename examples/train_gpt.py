@@ -200,6 +200,8 @@ def parse_args(argv=None):
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--continue-after-divergence", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the training step's model (audit steps run eagerly: they hook q, k, v, dO)")
     ap.add_argument("--sync-every", type=int, default=25,
                     help="steps between host syncs for the metrics (each step is still recorded)")
     ap.add_argument("--time-limit", type=float, default=None,
@@ -255,6 +257,9 @@ def main(argv=None):
     raw_model = model
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
+    # Compiled for the ordinary steps; every rank runs an audit step eagerly (the capture hooks), so the ranks
+    # always run the same kind of step.
+    step_model = torch.compile(model) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
                             fused=device.type == "cuda")
     batches = Batches(train_tokens, args.context, args.batch, seed=args.seed + 1, rank=rank, world=world)
@@ -327,7 +332,8 @@ def main(argv=None):
             group["lr"] = lr
         x, y = batches.next()
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = model(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+            loss = (model if audit_step else step_model)(x.to(device, non_blocking=True),
+                                                         y.to(device, non_blocking=True))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)

@@ -224,3 +224,18 @@ def test_logit_stats_find_exact_ties_at_the_block_max():
     assert stats["max_logit"] == pytest.approx(top.item(), rel=1e-5)
     assert stats["max_tied_logit"] == pytest.approx(top.item(), rel=1e-5)
     assert stats["published_fwdfix_lift"] == pytest.approx(top.item(), rel=1e-5) and stats["tied_blocks"] >= 1
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
+def test_compiled_steps_track_eager_steps(tmp_path):
+    # --compile runs the ordinary steps through torch.compile and the audit step (3) eagerly, with the capture
+    # hooks; same seed, same batches: the losses agree to float32 reassociation (inductor fuses differently).
+    a = tiny_run(tmp_path, "eager", "--steps", "5", "--attention", "gproj-gproj", "--audit-every", "3",
+                 "--audit-batch", "1")
+    b = tiny_run(tmp_path, "compiled", "--steps", "5", "--attention", "gproj-gproj", "--audit-every", "3",
+                 "--audit-batch", "1", "--compile")
+    la = [json.loads(line)["loss"] for line in open(a / "metrics.jsonl")]
+    lb = [json.loads(line)["loss"] for line in open(b / "metrics.jsonl")]
+    assert len(la) == len(lb) == 5
+    assert max(abs(x - y) / abs(x) for x, y in zip(la, lb)) < 1e-3
+    assert [json.loads(line)["step"] for line in open(b / "audit.jsonl")] == [3, 3]

@@ -7,7 +7,11 @@ import os
 import torch
 import torch.nn.functional as F
 
-GPROJ_VARIANTS = {"gproj-baseline": "baseline", "gproj-fwdfix": "fwdfix", "gproj-gproj": "gproj"}
+GPROJ_VARIANTS = {"gproj-baseline": "baseline", "gproj-fwdfix": "fwdfix", "gproj-gproj": "gproj",
+                  "gproj-gproj-published": "gproj"}
+# gproj-gproj-published: fwdfix's lift uncapped, as published (underflows to NaN past tied maxima of ~87); the
+# A/B against gproj-gproj (lift capped at 16) of docs/experiment.md.
+GPROJ_OPTIONS = {"gproj-gproj-published": {"fwdfix_max_shift": float("inf")}}
 VARIANTS = ("sdpa-bf16", *GPROJ_VARIANTS, "fp32")
 
 
@@ -18,7 +22,7 @@ def attend(q, k, v, variant):
         import gproj
 
         o = gproj.attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), causal=True,
-                            variant=GPROJ_VARIANTS[variant])
+                            variant=GPROJ_VARIANTS[variant], **GPROJ_OPTIONS.get(variant, {}))
     elif variant in ("sdpa-bf16", "fp32"):
         dtype = torch.bfloat16 if variant == "sdpa-bf16" else torch.float32
         with torch.autocast(q.device.type, enabled=False):

@@ -9,14 +9,14 @@ from ._validate import check_attention_args
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
-             variant: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             variant: str, fwdfix_max_shift: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or (0,) when the backward does not read it,
     lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16."""
     check_attention_args(q, k, v, softmax_scale, variant)
-    return _C.forward(q, k, v, causal, softmax_scale, variant)
+    return _C.forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift)
 
 
-def _forward_fake(q, k, v, causal, softmax_scale, variant):
+def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None):
     check_attention_args(q, k, v, softmax_scale, variant)
     B, Nq, H, D = q.shape
     o_fp32_shape = (B, Nq, H, D) if _C.needs_o_fp32(variant) else (0,)
@@ -36,7 +36,7 @@ def _backward_fake(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant
 
 
 def _save(ctx, inputs, outputs) -> None:
-    q, k, v, causal, softmax_scale, variant = inputs
+    q, k, v, causal, softmax_scale, variant = inputs[:6]  # fwdfix_max_shift acts in the forward only
     o, o_fp32, lse = outputs
     ctx.save_for_backward(q, k, v, o, o_fp32, lse)
     ctx.args = (causal, softmax_scale, variant)
@@ -45,15 +45,15 @@ def _save(ctx, inputs, outputs) -> None:
 def _grads(ctx, dout, backward_op):
     q, k, v, o, o_fp32, lse = ctx.saved_tensors
     dq, dk, dv = backward_op(dout, q, k, v, o, o_fp32, lse, *ctx.args)
-    return dq, dk, dv, None, None, None
+    return dq, dk, dv, None, None, None, None
 
 
 class _AttentionFunction(torch.autograd.Function):
     """The operator for torch < 2.4 (no torch.library.custom_op): eager autograd only, no torch.compile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, variant):
-        o, o_fp32, lse = _forward(q, k, v, causal, softmax_scale, variant)
+    def forward(ctx, q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None):
+        o, o_fp32, lse = _forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift)
         _save(ctx, (q, k, v, causal, softmax_scale, variant), (o, o_fp32, lse))
         return o
 
@@ -79,7 +79,8 @@ if HAS_CUSTOM_OP:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              softmax_scale: Optional[float] = None, variant: str = "gproj") -> torch.Tensor:
+              softmax_scale: Optional[float] = None, variant: str = "gproj",
+              fwdfix_max_shift: Optional[float] = None) -> torch.Tensor:
     """Softmax attention of BF16 tensors laid out like flash_attn_func's, with gproj's rounding variants.
 
     q: (B, Nq, H, D), k, v: (B, Nk, Hkv, D) torch.bfloat16 on one device, H % Hkv == 0 (GQA), D a multiple of 8
@@ -87,9 +88,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     a query with no visible key gets 0). softmax_scale defaults to 1/sqrt(D). variant is one of VARIANTS:
     "fp32", "baseline", "fwdfix" or "gproj" (the default). Returns o: (B, Nq, H, D) torch.bfloat16, differentiable
     in q, k and v. Raises TypeError for a dtype other than bfloat16 and ValueError for a device mismatch, a shape,
-    a head dim or a variant gproj does not take, or NaN/Inf in an input.
+    a head dim or a variant gproj does not take, or NaN/Inf in an input. fwdfix_max_shift (fwdfix and gproj)
+    caps the lift of a tied block maximum (default 16, docs/numerics.md); float("inf") is the published rule,
+    which underflows to NaN once a tied maximum passes ~87.
     """
     scale = None if softmax_scale is None else float(softmax_scale)
+    shift = None if fwdfix_max_shift is None else float(fwdfix_max_shift)
     if HAS_CUSTOM_OP:
-        return attention_forward(q, k, v, bool(causal), scale, variant)[0]
-    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant)
+        return attention_forward(q, k, v, bool(causal), scale, variant, shift)[0]
+    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift)

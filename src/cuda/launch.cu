@@ -28,6 +28,9 @@ Status check_problem(const Problem& p) {
   if (p.H % p.Hkv != 0) return fail(ErrorCode::kShape, "H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
   if (p.D != 64 && p.D != 128) return fail(ErrorCode::kUnsupported, "unsupported head dim D = " + std::to_string(p.D) + " (CUDA supports 64, 128)");
   if (!(p.softmax_scale > 0.0f)) return fail(ErrorCode::kInvalidArgument, "softmax_scale must be > 0");
+  if (!(p.params.fwdfix_max_shift > 0.0f)) {
+    return fail(ErrorCode::kInvalidArgument, "fwdfix_max_shift must be > 0 (inf: the published, uncapped rule)");
+  }
   const Projection proj = effective_projection(p.params);
   if (proj != Projection::kNone && proj != Projection::kPWeighted) {
     return fail(ErrorCode::kUnsupported, std::string("projection '") + projection_name(proj) + "' is not implemented on CUDA (pweighted is)");

@@ -187,8 +187,10 @@ void require_cpu(const at::Device& device) {
 // (o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or empty when the variant's backward does not need it,
 // lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
 Tensors3 forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, bool causal,
-                 std::optional<double> softmax_scale, const std::string& variant) {
-  const FlashParams p = params_of(causal, softmax_scale, variant);
+                 std::optional<double> softmax_scale, const std::string& variant,
+                 std::optional<double> fwdfix_max_shift) {
+  FlashParams p = params_of(causal, softmax_scale, variant);
+  if (fwdfix_max_shift) p.fwdfix_max_shift = static_cast<float>(*fwdfix_max_shift);  // checked with the scale
   const at::Device device = q_in.device();
   const at::Tensor q = prepare<bf16>("q", q_in, device);
   const at::Tensor k = prepare<bf16>("k", k_in, device);
@@ -256,7 +258,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
   });
   m.def("forward", &forward, "o, o_fp32 (empty unless the variant's backward needs it), lse", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("softmax_scale"), py::arg("variant"));
+        py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("softmax_scale"), py::arg("variant"),
+        py::arg("fwdfix_max_shift") = py::none());
   m.def("backward", &backward, "dq, dk, dv", py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("o"), py::arg("o_fp32"), py::arg("lse"), py::arg("causal"), py::arg("softmax_scale"),
         py::arg("variant"));

@@ -325,3 +325,29 @@ def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(varian
             err = errors({f: out[f].cpu() for f in FIELDS}, ref)
             for f in FIELDS:
                 assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+
+
+def test_fwdfix_max_shift_caps_the_lift_and_inf_is_the_published_rule():
+    # Every query of a 32-key row ties keys 0 and 1 at S = r_m = 120 (scale 1/8): the published lift (r_m)
+    # underflows every P, the default cap of 16 does not. Below the cap both rules give the same bits.
+    g = torch.Generator().manual_seed(3)
+    k = torch.randn(1, 32, 1, 64, generator=g)
+    k[0, 1] = k[0, 0]
+    k = k.to(torch.bfloat16)
+    v = torch.randn(1, 32, 1, 64, generator=g).to(torch.bfloat16)
+
+    def queries(r_m):
+        k0 = k[0, 0, 0].float()
+        return (r_m * 8 / k0.dot(k0) * k0).expand(1, 4, 1, 64).to(torch.bfloat16).contiguous()
+
+    q = queries(120.0)
+    capped = gproj.attention(q, k, v, variant="fwdfix")
+    published = gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=float("inf"))
+    assert torch.isfinite(capped).all() and not torch.isfinite(published).all()
+    ref = torch.softmax(q.double()[0, :, 0] @ k.double()[0, :, 0].T / 8, -1) @ v.double()[0, :, 0]
+    assert rel_err(capped[0, :, 0], ref) < 1e-2
+    q = queries(10.0)
+    assert torch.equal(gproj.attention(q, k, v, variant="fwdfix"),
+                       gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=float("inf")))
+    with pytest.raises(ValueError, match="max shift"):
+        gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=0.0)

@@ -35,7 +35,8 @@ int run_study(const StudyOptions& o, std::FILE* out) {
     const OracleRun oracle = run_oracle(state);
     auto row = [&](FlashParams p, const std::string& label) {
       p.block_q = p.block_k = o.block;
-      if (p.projection == Projection::kLowRank || p.projection == Projection::kTopKLowRank) {
+      if (p.projection == Projection::kLowRank || p.projection == Projection::kTopKLowRank ||
+          p.projection == Projection::kThreshLowRank) {
         p.lowrank_rank = o.lowrank_rank;
       }
       const VariantRun r = run_variant(state, p, oracle);
@@ -54,7 +55,8 @@ int run_study(const StudyOptions& o, std::FILE* out) {
       FlashParams p;
       p.variant = Variant::kGproj;
       p.projection = proj;
-      if (proj != Projection::kTopK && proj != Projection::kTopKRest && proj != Projection::kTopKLowRank) {
+      if (proj != Projection::kTopK && proj != Projection::kTopKRest && proj != Projection::kTopKLowRank &&
+          proj != Projection::kThreshLowRank) {
         row(p, std::string("gproj / ") + projection_name(proj) +
                    (proj == Projection::kLowRank ? " r=" + std::to_string(o.lowrank_rank) : ""));
         continue;

@@ -28,6 +28,7 @@ const char* projection_name(Projection p) {
     case Projection::kTopK: return "topk";
     case Projection::kTopKRest: return "topk-rest";
     case Projection::kTopKLowRank: return "topk-lowrank";
+    case Projection::kThreshLowRank: return "thresh-lowrank";
     case Projection::kDelta: return "delta";
     case Projection::kInTile: return "intile";
   }
@@ -42,6 +43,7 @@ const std::vector<Variant>& all_variants() {
 const std::vector<Projection>& all_projections() {
   static const std::vector<Projection> p{Projection::kNone,    Projection::kUniform,     Projection::kPWeighted,
                                          Projection::kPWeightedDq, Projection::kLowRank, Projection::kTopK, Projection::kTopKRest, Projection::kTopKLowRank,
+                                         Projection::kThreshLowRank,
                                          Projection::kDelta,   Projection::kInTile};
   return p;
 }

@@ -101,12 +101,14 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
   if (kind_ == Projection::kPWeighted || kind_ == Projection::kPWeightedDq) {
     pk_.assign(static_cast<size_t>(h_.Nq) * h_.D, 0.0f);
   }
-  if (kind_ == Projection::kTopK || kind_ == Projection::kTopKRest || kind_ == Projection::kTopKLowRank) {
+  if (kind_ == Projection::kTopK || kind_ == Projection::kTopKRest || kind_ == Projection::kTopKLowRank ||
+      kind_ == Projection::kThreshLowRank) {
     top_p_.assign(static_cast<size_t>(h_.Nq) * k_, -1.0f);
     top_rank_.assign(top_p_.size(), -1.0f);
     top_j_.assign(top_p_.size(), -1);
   }
-  if (kind_ == Projection::kLowRank || kind_ == Projection::kTopKLowRank) {
+  const bool gpu_lowrank = kind_ == Projection::kTopKLowRank || kind_ == Projection::kThreshLowRank;
+  if (kind_ == Projection::kLowRank || gpu_lowrank) {
     const int D = h_.D;
     std::vector<double> gram(static_cast<size_t>(D) * D, 0.0), V;
     for (int64_t j = 0; j < h_.Nk; ++j)
@@ -123,7 +125,7 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
     }
     KU_.assign(static_cast<size_t>(h_.Nk) * rank_, 0.0f);
     gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);
-    if (kind_ == Projection::kTopKLowRank) {
+    if (gpu_lowrank) {
       for (float& x : KU_) x = round_bf16(x);
     }
     pku_.assign(static_cast<size_t>(h_.Nq) * rank_, 0.0f);
@@ -165,9 +167,12 @@ void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const
       float* tr = &top_rank_[(i0 + i) * k_];
       float* tp = &top_p_[(i0 + i) * k_];
       int64_t* tj = &top_j_[(i0 + i) * k_];
+      const float admit = kind_ == Projection::kThreshLowRank ? 1.0f / static_cast<float>(k_) : 0.0f;
       for (int j = 0; j < cols; ++j) {
         const float p = P[i * ld + j];
-        if (!(p > tr[k_ - 1]) || !(Pb[i * ld + j] > 0.0f)) continue;  // descending; ties keep the earlier key
+        const float pb = Pb[i * ld + j];
+        if (kind_ == Projection::kThreshLowRank ? !(pb >= admit) : !(pb > 0.0f)) continue;
+        if (!(p > tr[k_ - 1])) continue;  // descending; ties keep the earlier key
         int t = k_ - 1;
         for (; t > 0 && p > tr[t - 1]; --t) tr[t] = tr[t - 1], tp[t] = tp[t - 1], tj[t] = tj[t - 1];
         tr[t] = p;
@@ -343,6 +348,7 @@ void RowProjection::finish() {
       topk_finish(kind_ == Projection::kTopKRest);
       return;
     case Projection::kTopKLowRank:
+    case Projection::kThreshLowRank:
       topk_lowrank_finish();
       return;
   }

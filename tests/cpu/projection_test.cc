@@ -49,10 +49,12 @@ TEST(Projection, EffectiveRowsSumToZeroAndDkColumnsCancel) {
   const VariantRun fp = run_variant(s, test::params_for(Variant::kFp32), oracle);
   const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle);
   for (Projection p : {Projection::kUniform, Projection::kPWeighted, Projection::kPWeightedDq, Projection::kLowRank,
-                       Projection::kTopK, Projection::kTopKRest, Projection::kTopKLowRank}) {
+                       Projection::kTopK, Projection::kTopKRest, Projection::kTopKLowRank,
+                       Projection::kThreshLowRank}) {
     const VariantRun r = run_variant(s, test::params_for(Variant::kGproj, p), oracle);
     for (size_t i = 0; i < r.bwd.rowsum.values.size(); ++i) {
-      const bool topk = p == Projection::kTopK || p == Projection::kTopKRest || p == Projection::kTopKLowRank;
+      const bool topk = p == Projection::kTopK || p == Projection::kTopKRest || p == Projection::kTopKLowRank ||
+                        p == Projection::kThreshLowRank;
       const double roundings = topk ? 2 * FlashParams{}.topk + 4 : 2;
       ASSERT_LE(std::fabs(r.bwd.rowsum_after.values[i]), roundings * 0x1.0p-24 * std::fabs(r.bwd.rowsum.values[i]) + 1e-30)
           << projection_name(p) << " row " << i;
@@ -88,6 +90,25 @@ TEST(Projection, TopKLowRankTracksFullPWeighting) {
     std::printf("  dQ: pweighted %.4f%%, topk-lowrank %.4f%%, topk %.4f%%; dK: %.4f%%, %.4f%%, %.4f%%\n",
                 100 * full.dq.rel_fro, 100 * cheap.dq.rel_fro, 100 * top.dq.rel_fro, 100 * full.dk.rel_fro,
                 100 * cheap.dk.rel_fro, 100 * top.dk.rel_fro);
+    EXPECT_LE(cheap.dq.rel_fro, 1.1 * full.dq.rel_fro);
+    EXPECT_LE(cheap.dk.rel_fro, 1.1 * full.dk.rel_fro);
+  }
+}
+
+// thresh-lowrank with threshold 1/16 (topk = 16) replaces the ranking by a per-entry test a backward kernel can
+// apply tile by tile (docs/gproj-projection.md); it must track the full form as closely as topk-lowrank does.
+TEST(Projection, ThreshLowRankTracksFullPWeighting) {
+  std::vector<AttentionState> states;
+  states.push_back(stress_suite(GPROJ_TEST_DATA, {"sink-ties-positive"}).at(0).make());
+  states.push_back(load_state(std::string(GPROJ_TEST_DATA) + "/real_step5000_layer3.safetensors"));
+  for (const AttentionState& s : states) {
+    const OracleRun oracle = run_oracle(s);
+    const VariantRun full = run_variant(s, test::params_for(Variant::kGproj, Projection::kPWeighted), oracle);
+    FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+    p.topk = 16;
+    const VariantRun cheap = run_variant(s, p, oracle);
+    std::printf("  dQ: pweighted %.4f%%, thresh-lowrank 1/16 %.4f%%; dK: %.4f%%, %.4f%%\n", 100 * full.dq.rel_fro,
+                100 * cheap.dq.rel_fro, 100 * full.dk.rel_fro, 100 * cheap.dk.rel_fro);
     EXPECT_LE(cheap.dq.rel_fro, 1.1 * full.dq.rel_fro);
     EXPECT_LE(cheap.dk.rel_fro, 1.1 * full.dk.rel_fro);
   }

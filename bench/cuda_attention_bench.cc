@@ -66,7 +66,7 @@ float median_ms(F f, int reps) {
 
 int main() {
   using namespace gproj;
-  std::printf("%-9s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
+  std::printf("%-10s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
               "bwd TF/s");
   struct Shape {
     int64_t D, N;
@@ -87,7 +87,15 @@ int main() {
         CHECK(cudaMalloc(&dq, n * 2));
         CHECK(cudaMalloc(&dk, n * 2));
         CHECK(cudaMalloc(&dv, n * 2));
-        for (Variant var : {Variant::kBaseline, Variant::kGproj}) {
+        struct Config {
+          const char* label;
+          Variant variant;
+          Projection projection;
+        };
+        for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone},
+                                  Config{"gproj", Variant::kGproj, Projection::kPWeighted},
+                                  Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank}}) {
+          const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;
           p.Nq = p.Nk = N;
@@ -95,6 +103,8 @@ int main() {
           p.D = D;
           p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
           p.params.variant = var;
+          p.params.projection = cfg.projection;
+          p.params.topk = 16;
           p.params.causal = causal;
           void* ws;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));
@@ -115,7 +125,7 @@ int main() {
           };
           const float f = median_ms(fwd, 3), b = median_ms(bwd, 3);
           const double flops = 4.0 * B * H * N * N * D / (causal ? 2 : 1);
-          std::printf("%-9s %5lld %4lld %6s %9.2f %9.2f %9.1f %9.1f\n", variant_name(var), static_cast<long long>(N),
+          std::printf("%-10s %5lld %4lld %6s %9.2f %9.2f %9.1f %9.1f\n", cfg.label, static_cast<long long>(N),
                       static_cast<long long>(D), causal ? "yes" : "no", f, b, flops / f / 1e9, 2.5 * flops / b / 1e9);
           CHECK(cudaFree(ws));
         }

@@ -14,9 +14,11 @@ namespace gproj::cuda::detail {
 constexpr int kBwdBlock = 64;   // keys per CTA and query rows per step
 constexpr int kBwdThreads = 128;
 
+constexpr int kLowRank = 8;  // r of the thresh-lowrank projection's tail on the GPU (one n = 8 MMA column tile)
+
 template <int D>
 constexpr size_t bwd_tc_smem_bytes() {
-  return sizeof(bf16_t) * (6 * kBwdBlock * D + 2 * kBwdBlock * kBwdBlock);
+  return sizeof(bf16_t) * (6 * kBwdBlock * D + 2 * kBwdBlock * kBwdBlock + kBwdBlock * kLowRank);
 }
 template <int D>
 constexpr size_t dq_tc_smem_bytes() {
@@ -94,7 +96,9 @@ __device__ __forceinline__ void warp_p(const KernelParams& p, float (&s)[8][4], 
 
 // kStats: also sum r_i and s_i (the projection's statistics; the audit's max |r_i| for the other variants). A
 // compile-time switch: as a runtime flag it cost the baseline 8% of its speed (register allocation).
-template <int D, bool kPWeighted, bool kAtomicDq, bool kStats>
+// kThresh (thresh-lowrank, docs/gproj-projection.md): entries with bf16(P) >= p.thresh go to their row's list
+// (p.list_cap slots, an atomic counter), and P (K U) accumulates next to dQ (one n = 8 column tile).
+template <int D, bool kPWeighted, bool kAtomicDq, bool kStats, bool kThresh = false>
 __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const KernelParams p) {
   constexpr int BQ = kBwdBlock, BK = kBwdBlock, kNt = D / 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -104,6 +108,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
   bf16_t* sdO = sQ + 2 * BQ * D;                      // [2][BQ][D]
   bf16_t* sP = sdO + 2 * BQ * D;                      // [BQ][BK] bf16(P)
   bf16_t* sdS = sP + BQ * BK;                         // [BQ][BK] bf16(dS)
+  bf16_t* sKU = sdS + BQ * BK;                        // [BK][8] bf16(K U) (thresh-lowrank)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
   const int hk = h / (p.H / p.Hkv);
@@ -112,6 +117,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
   const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
   const int kcount = min(BK, p.Nk - j0);
 
+  if (kThresh && threadIdx.x < BK) {  // one 16-byte row of K U per key
+    const int jj = threadIdx.x;
+    const bool in = jj < kcount;
+    const bf16_t* src = p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + (in ? j0 + jj : 0)) * kLowRank;
+    cp_async16(smem_u32(sKU + jj * kLowRank), src, in);
+  }
   load_tile_async<BK, D, kBwdThreads>(sK, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, j0, kcount, hk);
   load_tile_async<BK, D, kBwdThreads>(sV, p.v.data, p.v.s0, p.v.s1, p.v.s2, b, j0, kcount, hk);
   if (qb0 < nqb) {
@@ -127,7 +138,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
   const int r0 = warp * 16, kw = warp * 16;
-  constexpr bool stats = kAtomicDq && (kPWeighted || kStats);
+  constexpr bool stats = kAtomicDq && (kPWeighted || kStats || kThresh);
 
   for (int qb = qb0; qb < nqb; ++qb) {
     const int buf = (qb - qb0) & 1, i0 = qb * BQ;
@@ -171,6 +182,21 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
         ps_a += __low2float(pa) + __high2float(pa);
         ps_b += __low2float(pb) + __high2float(pb);
       }
+      if (kThresh) {  // the row's large entries (rare: at most list_cap per row over all key blocks)
+        const float pv[4] = {__low2float(pa), __high2float(pa), __low2float(pb), __high2float(pb)};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = e < 2 ? row_a : row_b;
+          if (pv[e] >= p.thresh && row < p.Nq) {
+            const int64_t r = bh * p.Nq + row;
+            const int slot = atomicAdd(&p.list_count[r], 1);
+            if (slot < p.list_cap) {
+              p.list_j[r * p.list_cap + slot] = j0 + n * 8 + 2 * tq + (e & 1);
+              p.list_p[r * p.list_cap + slot] = pv[e];
+            }
+          }
+        }
+      }
       const int ca = swz<BK>(r0 + g, n) + 2 * tq, cb = swz<BK>(r0 + g + 8, n) + 2 * tq;
       *reinterpret_cast<__nv_bfloat162*>(sP + ca) = pa;
       *reinterpret_cast<__nv_bfloat162*>(sP + cb) = pb;
@@ -202,7 +228,19 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) {
         ldsm_x4(dsf[kc], smem_u32(sdS + swz<BK>(r0 + (lane & 15), kc * 2 + (lane >> 4))));
-        if (kPWeighted) ldsm_x4(pf[kc], smem_u32(sP + swz<BK>(r0 + (lane & 15), kc * 2 + (lane >> 4))));
+        if (kPWeighted || kThresh) ldsm_x4(pf[kc], smem_u32(sP + swz<BK>(r0 + (lane & 15), kc * 2 + (lane >> 4))));
+      }
+      if (kThresh) {  // P (K U): B fragments of the [64][8] tile, two 16-key chunks per ldmatrix.x4.trans
+        float u[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int kc = 0; kc < 4; kc += 2) {
+          uint32_t bf[4];
+          ldsm_x4_t(bf, smem_u32(sKU + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8 + (lane >> 4) * 16) * kLowRank));
+          mma16816(u, pf[kc], bf[0], bf[1]);
+          mma16816(u, pf[kc + 1], bf[2], bf[3]);
+        }
+        if (row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, u[0], u[1]);
+        if (row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, u[2], u[3]);
       }
 #pragma unroll
       for (int dpi = 0; dpi < D / 16; ++dpi) {

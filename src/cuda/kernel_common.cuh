@@ -36,6 +36,19 @@ struct KernelParams {
   float* pk;                         // (B, H, Nq, D) sum_j bf16(P_ij) K_j (P-weighted only)
   float* rowsum;                     // (B, H, Nq) r_i
   float* psum;                       // (B, H, Nq) s_i
+  // thresh-lowrank (docs/gproj-projection.md)
+  float thresh;                      // entries with bf16(P) >= thresh are kept exactly (1/k)
+  int list_cap;                      // k: slots per row (never exceeded: sum_j bf16(P) <= 1.002)
+  int* list_count;                   // (B, H, Nq)
+  int* list_j;                       // (B, H, Nq, k) key indices
+  float* list_p;                     // (B, H, Nq, k) their bf16(P)
+  float* gram;                       // (B, Hkv, D, D) K^T K
+  float* u;                          // (B, Hkv, D, 8) top-8 eigenvectors of the Gram matrix
+  __nv_bfloat16* ku;                 // (B, Hkv, Nk, 8) bf16(K U)
+  float* pku;                        // (B, H, Nq, 8) sum_j bf16(P_ij) (K U)_j
+  float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
+  float* suffix;                     // (B, H, Nq, D) sum_{i' >= i} rest_i' Q_i' (causal), or the total (row 0)
+  float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i
   float* dk_acc;                     // (B, H, Nk, D) per query head
   float* dv_acc;                     // (B, H, Nk, D) per query head
   __nv_bfloat16 *dq, *dk, *dv;       // outputs, contiguous

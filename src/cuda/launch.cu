@@ -4,12 +4,14 @@
 // workspace and launches forward / backward. Exercised by tests/cuda/*.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/flash_bwd.cuh"
 #include "cuda/flash_bwd_tc.cuh"
 #include "cuda/flash_fwd.cuh"
 #include "cuda/flash_fwd_tc.cuh"
+#include "cuda/projection_tc.cuh"
 #include "gproj/cuda/attention_cuda.h"
 
 namespace gproj::cuda {
@@ -32,8 +34,22 @@ Status check_problem(const Problem& p) {
     return fail(ErrorCode::kInvalidArgument, "fwdfix_max_shift must be > 0 (inf: the published, uncapped rule)");
   }
   const Projection proj = effective_projection(p.params);
-  if (proj != Projection::kNone && proj != Projection::kPWeighted) {
-    return fail(ErrorCode::kUnsupported, std::string("projection '") + projection_name(proj) + "' is not implemented on CUDA (pweighted is)");
+  if (proj != Projection::kNone && proj != Projection::kPWeighted && proj != Projection::kThreshLowRank) {
+    return fail(ErrorCode::kUnsupported, std::string("projection '") + projection_name(proj) +
+                                             "' is not implemented on CUDA (pweighted and thresh-lowrank are)");
+  }
+  if (proj == Projection::kThreshLowRank) {
+    if (p.params.lowrank_rank != detail::kLowRank) {
+      return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes rank " + std::to_string(detail::kLowRank) +
+                                               ", got " + std::to_string(p.params.lowrank_rank));
+    }
+    if (p.params.topk < 1 || p.params.topk > 32) {
+      return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= k <= 32 (threshold 1/k), got " +
+                                               std::to_string(p.params.topk));
+    }
+    if (p.params.deterministic) {
+      return fail(ErrorCode::kUnsupported, "deterministic mode implements the pweighted projection, not thresh-lowrank");
+    }
   }
   const int64_t big = int64_t{1} << 31;
   if (p.B * p.H * p.Nq * p.D >= big || p.B * p.H * p.Nk * p.D >= big) return fail(ErrorCode::kUnsupported, "problem too large for int32 indexing");
@@ -170,15 +186,59 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
                    : backward_d<D, true, false>(k, deterministic, stream);
 }
 
-// Workspace layout, FP32: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D).
+// Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D)
+// and, for thresh-lowrank only: list_count, rest (B H Nq) | list_j, list_p (B H Nq k) | pku (B H Nq 8) |
+// part (B H ceil(Nq/64) D) | gram (B Hkv D D) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key);
+// the pk region holds the suffix sums.
 struct Workspace {
   size_t row, q, k;
-  size_t bytes() const { return sizeof(float) * (3 * row + 2 * q + 2 * k); }
+  size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0;
+  size_t words() const { return 3 * row + 2 * q + 2 * k + (list ? 2 * row + 2 * list + pku + part + gram + u + ku : 0); }
+  size_t bytes() const { return sizeof(float) * words(); }
 };
 
 Workspace layout(const Problem& p) {
-  return {static_cast<size_t>(p.B * p.H * p.Nq), static_cast<size_t>(p.B * p.H * p.Nq * p.D),
-          static_cast<size_t>(p.B * p.H * p.Nk * p.D)};
+  Workspace w{static_cast<size_t>(p.B * p.H * p.Nq), static_cast<size_t>(p.B * p.H * p.Nq * p.D),
+              static_cast<size_t>(p.B * p.H * p.Nk * p.D)};
+  if (effective_projection(p.params) == Projection::kThreshLowRank) {
+    w.list = w.row * static_cast<size_t>(std::max(1, p.params.topk));
+    w.pku = w.row * detail::kLowRank;
+    w.part = static_cast<size_t>(p.B * p.H * ((p.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock) * p.D);
+    w.gram = static_cast<size_t>(p.B * p.Hkv * p.D * p.D);
+    w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
+    w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
+  }
+  return w;
+}
+
+// thresh-lowrank (docs/gproj-projection.md): pre-pass on K, the main kernel with the row lists and P (K U), the
+// dQ postprocess with the corrections, the suffix sums of the uniform dK part.
+template <int D>
+Status backward_thresh(const KernelParams& k, cudaStream_t stream) {
+  constexpr int threads = detail::kPostThreads;
+  Status s = launch(detail::gram_kernel<D>, dim3((k.Nk + detail::kGramKeys - 1) / detail::kGramKeys, k.Hkv, k.B), 0,
+                    stream, k, "thresh-lowrank Gram matrix", threads);
+  if (s.ok) s = launch(detail::eig_kernel<D>, dim3(k.Hkv, k.B), detail::eig_smem_bytes<D>(), stream, k,
+                       "thresh-lowrank eigenvectors", threads);
+  if (s.ok) s = launch(detail::ku_kernel<D>, dim3((k.Nk + threads - 1) / threads, k.Hkv, k.B), 0, stream, k,
+                       "thresh-lowrank K U", threads);
+  if (!s.ok) return s;
+  constexpr int blk = detail::kBwdBlock;
+  s = launch(detail::flash_bwd_tc_kernel<D, false, true, true, true>, dim3((k.Nk + blk - 1) / blk, k.H, k.B),
+             detail::bwd_tc_smem_bytes<D>(), stream, k, "backward main, tensor cores, thresh-lowrank",
+             detail::kBwdThreads);
+  if (!s.ok) return s;
+  const int64_t rows = static_cast<int64_t>(k.B) * k.H * k.Nq;
+  constexpr int warps = threads / 32;
+  s = launch(detail::thresh_dq_kernel<D>, dim3(static_cast<unsigned>((rows + warps - 1) / warps)), 0, stream, k,
+             "thresh-lowrank dQ postprocess", threads);
+  const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
+  if (s.ok) s = launch(detail::suffix_part_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank block sums", D);
+  if (s.ok) s = launch(detail::suffix_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank suffix sums", D);
+  if (!s.ok) return s;
+  const int64_t nk = static_cast<int64_t>(k.B) * k.H * k.Nk * D;
+  return launch(detail::suffix_apply_kernel, dim3(static_cast<unsigned>((nk + threads - 1) / threads)), 0, stream, k,
+                "thresh-lowrank uniform dK", threads);
 }
 
 }  // namespace
@@ -241,6 +301,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     return fail(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");
   }
   const bool pweighted = effective_projection(p.params) == Projection::kPWeighted;
+  const bool thresh = effective_projection(p.params) == Projection::kThreshLowRank;
   KernelParams kp = base_params(p);
   kp.q = strided(q);
   kp.k = strided(k);
@@ -258,6 +319,21 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   kp.pk = kp.dq_acc + w.q;
   kp.dk_acc = kp.pk + w.q;
   kp.dv_acc = kp.dk_acc + w.k;
+  if (thresh) {
+    float* t = kp.dv_acc + w.k;
+    kp.list_count = reinterpret_cast<int*>(t);
+    kp.rest = t + w.row;
+    kp.list_j = reinterpret_cast<int*>(t + 2 * w.row);
+    kp.list_p = t + 2 * w.row + w.list;
+    kp.pku = kp.list_p + w.list;
+    kp.part = kp.pku + w.pku;
+    kp.gram = kp.part + w.part;
+    kp.u = kp.gram + w.gram;
+    kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
+    kp.suffix = kp.pk;
+    kp.list_cap = p.params.topk;
+    kp.thresh = 1.0f / static_cast<float>(p.params.topk);
+  }
   kp.dq = static_cast<__nv_bfloat16*>(dq.data);
   kp.dk = static_cast<__nv_bfloat16*>(dk.data);
   kp.dv = static_cast<__nv_bfloat16*>(dv.data);
@@ -269,6 +345,14 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (Status s = last_error("backward preprocess"); !s.ok) return s;
   const bool det = p.params.deterministic;
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
+  if (thresh) {
+    if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA needs 16-byte aligned rows");
+    Status s = p.D == 64 ? backward_thresh<64>(kp, st) : backward_thresh<128>(kp, st);
+    if (!s.ok) return s;
+    const int64_t nk = p.B * p.Nk * p.Hkv * p.D;
+    detail::bwd_postprocess_dkv_kernel<<<static_cast<unsigned>((nk + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+    return last_error("backward dK/dV postprocess");
+  }
   Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, st)
                        : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, st);
   if (!s.ok) return s;

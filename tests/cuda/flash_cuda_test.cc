@@ -76,6 +76,29 @@ TEST(Cuda, StressSuiteBars) {
   }
 }
 
+// thresh-lowrank (threshold 1/16, rank 8), the cheap projection meant to replace pweighted on the GPU: the same
+// bars as the default on every stress case, and as close to the CPU emulator's thresh-lowrank as the other
+// variants are (the entry lists can differ only where bf16(P) sits at the threshold; U differs in FP32 vs FP64).
+TEST(Cuda, ThreshLowRankMeetsTheBarsAndMatchesCpu) {
+  GPROJ_REQUIRE_GPU();
+  for (const StressCase& c : stress_suite(GPROJ_TEST_DATA)) {
+    const AttentionState s = c.make();
+    const OracleRun oracle = run_oracle(s);
+    FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+    p.topk = 16;
+    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+    const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
+    std::printf("  %-24s cuda thresh-lowrank dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%)\n", c.name.c_str(),
+                100 * gpu.dq.rel_fro, 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro, 100 * cpu.dk.rel_fro);
+    const double bar = c.group == "real" ? 0.003 : 0.005;
+    EXPECT_LE(gpu.dq.rel_fro, bar) << c.name;
+    EXPECT_LE(gpu.dk.rel_fro, bar) << c.name;
+    const Tensor<double> cpu_dq = to_double(cpu.bwd.dq.view()), cpu_dk = to_double(cpu.bwd.dk.view());
+    expect_close_to_cpu(compare(gpu.bwd.dq.view(), cpu_dq.view()), oracle.bwd.dq.view(), "thresh dQ vs CPU");
+    expect_close_to_cpu(compare(gpu.bwd.dk.view(), cpu_dk.view()), oracle.bwd.dk.view(), "thresh dK vs CPU");
+  }
+}
+
 TEST(Cuda, DeterministicModeGivesTheSameBitsEveryRun) {
   GPROJ_REQUIRE_GPU();
   const AttentionState s = stress_suite(GPROJ_TEST_DATA, {"shared-keys-causal-gqa"}).at(0).make();

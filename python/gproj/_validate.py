@@ -8,10 +8,11 @@ import torch
 from . import _C
 
 VARIANTS = tuple(_C.variants())
+PROJECTIONS = tuple(_C.projections())
 
 
 def check_attention_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                         variant: str) -> None:
+                         variant: str, projection: Optional[str] = None) -> None:
     """Raises TypeError (not a BF16 tensor) or ValueError (device, shape, head dim, variant, scale)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -42,5 +43,7 @@ def check_attention_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, soft
         raise ValueError(f"head dim D = {D} is not supported (gproj takes multiples of 8 from 8 to 256)")
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r} (valid: {', '.join(VARIANTS)})")
+    if projection is not None and projection not in PROJECTIONS:
+        raise ValueError(f"unknown projection {projection!r} (valid: {', '.join(PROJECTIONS)})")
     if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be finite and > 0, got {softmax_scale}")

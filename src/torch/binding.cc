@@ -84,9 +84,15 @@ at::Tensor adopt(gproj::Tensor<T>&& t) {
   return out;
 }
 
-FlashParams params_of(bool causal, std::optional<double> softmax_scale, const std::string& variant) {
+// projection: GProj's projection by name (default: FlashParams'); thresh-lowrank takes the threshold 1/16.
+FlashParams params_of(bool causal, std::optional<double> softmax_scale, const std::string& variant,
+                      const std::optional<std::string>& projection = std::nullopt) {
   FlashParams p;
   p.variant = gproj::parse_variant(variant);
+  if (projection) {
+    p.projection = gproj::parse_projection(*projection);
+    if (p.projection == gproj::Projection::kThreshLowRank) p.topk = 16;
+  }
   p.causal = causal;
   if (softmax_scale) p.softmax_scale = static_cast<float>(*softmax_scale);
   return p;
@@ -209,8 +215,9 @@ Tensors3 forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tenso
 // (dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what forward() returned.
 Tensors3 backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                   const at::Tensor& o_in, const at::Tensor& o_fp32_in, const at::Tensor& lse_in, bool causal,
-                  std::optional<double> softmax_scale, const std::string& variant) {
-  const FlashParams p = params_of(causal, softmax_scale, variant);
+                  std::optional<double> softmax_scale, const std::string& variant,
+                  const std::optional<std::string>& projection) {
+  const FlashParams p = params_of(causal, softmax_scale, variant, projection);
   const at::Device device = q_in.device();
   const at::Tensor q = prepare<bf16>("q", q_in, device);
   const at::Tensor k = prepare<bf16>("k", k_in, device);
@@ -262,7 +269,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("fwdfix_max_shift") = py::none());
   m.def("backward", &backward, "dq, dk, dv", py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("o"), py::arg("o_fp32"), py::arg("lse"), py::arg("causal"), py::arg("softmax_scale"),
-        py::arg("variant"));
+        py::arg("variant"), py::arg("projection") = py::none());
+  m.def(
+      "projections",
+      [] {
+        std::vector<std::string> names;
+        for (gproj::Projection p : gproj::all_projections()) names.emplace_back(gproj::projection_name(p));
+        return names;
+      },
+      "names of GProj's projections (for variant gproj)");
   m.def(
       "variants",
       [] {

@@ -351,3 +351,16 @@ def test_fwdfix_max_shift_caps_the_lift_and_inf_is_the_published_rule():
                        gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=float("inf")))
     with pytest.raises(ValueError, match="max shift"):
         gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=0.0)
+
+
+def test_projection_by_name_within_derived_tolerance():
+    (q, k, v, do, causal, scale), ref, tol = case_data("gqa_causal")
+    for projection in ("pweighted", "thresh-lowrank", "uniform"):
+        out = run_gproj("gproj", q, k, v, do, causal, scale,
+                        attention=lambda *a, p=projection: gproj.attention(*a, projection=p))
+        err = errors(out, ref)
+        for f in FIELDS:
+            assert err[f] <= tol[f], f"{projection} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+    assert "thresh-lowrank" in gproj.PROJECTIONS
+    with pytest.raises(ValueError, match="unknown projection 'fast'"):
+        gproj.attention(q, k, v, variant="gproj", projection="fast")

@@ -157,15 +157,16 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
   bdq.download(r.dq.values);
   bdk.download(r.dk.values);
   bdv.download(r.dv.values);
-  // Workspace starts with delta, rowsum, psum (B H Nq each): see launch.cu.
-  const size_t rows = static_cast<size_t>(d.B * d.H * d.Nq);
-  std::vector<float> head(3 * rows);
+  // Workspace starts with delta, rowsum, psum (B H Nq each, at a padded stride): see attention_cuda.h.
+  const size_t rows = static_cast<size_t>(d.B * d.H * d.Nq), stride = backward_workspace_row_stride(p);
+  std::vector<float> head(3 * stride);
   check_cuda(cudaMemcpy(head.data(), ws.get(), head.size() * 4, cudaMemcpyDeviceToHost), "diagnostics");
-  const bool projected = effective_projection(params) == Projection::kPWeighted;
+  const Projection proj = effective_projection(params);
+  const bool projected = proj == Projection::kPWeighted || proj == Projection::kThreshLowRank;
   double before = 0, after = 0;
   for (size_t i = 0; i < rows; ++i) {
     r.delta.values[i] = head[i];
-    const float rs = head[rows + i], s = head[2 * rows + i];
+    const float rs = head[stride + i], s = head[2 * stride + i];
     r.rowsum.values[i] = rs;
     r.rowsum_after.values[i] = projected && s > 0.0f ? rs - (rs / s) * s : rs;
     before = std::max(before, std::fabs(double(rs)));

@@ -197,8 +197,11 @@ struct Workspace {
   size_t bytes() const { return sizeof(float) * words(); }
 };
 
+// Every region starts on a 16-byte boundary: the per-row regions are padded to a multiple of 4 words (float2
+// atomics on dq_acc and pku need 8 bytes, cp.async of K U 16; an odd B H Nq used to misalign them).
 Workspace layout(const Problem& p) {
-  Workspace w{static_cast<size_t>(p.B * p.H * p.Nq), static_cast<size_t>(p.B * p.H * p.Nq * p.D),
+  const size_t rows = static_cast<size_t>(p.B * p.H * p.Nq);
+  Workspace w{(rows + 3) / 4 * 4, static_cast<size_t>(p.B * p.H * p.Nq * p.D),
               static_cast<size_t>(p.B * p.H * p.Nk * p.D)};
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.topk));
@@ -285,6 +288,8 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
 }
 
 size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }
+
+size_t backward_workspace_row_stride(const Problem& p) { return layout(p).row; }
 
 Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                 const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse, const DeviceTensor& dout,

@@ -46,6 +46,9 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
 
 // Bytes of scratch memory backward() needs for this problem (FP32 accumulators, row statistics).
 size_t backward_workspace_bytes(const Problem& p);
+// After backward(), the workspace starts with delta_i, r_i and s_i, (B, H, Nq) FP32 each, every one at a
+// stride of this many floats (B H Nq rounded up to a multiple of 4).
+size_t backward_workspace_row_stride(const Problem& p);
 
 // dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D) BF16 from the forward's o, lse and dout (B, Nq, H, D).
 // o_fp32 is required by Variant::kFp32 (as on the CPU). `workspace` holds backward_workspace_bytes(p) bytes.

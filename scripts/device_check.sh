@@ -31,12 +31,14 @@ prebuilt=""
 if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then prebuilt=1; fi
 if [ -n "$prebuilt" ]; then
   cuda_tests_bin=.prebuilt/bin/cuda_tests gproj_bin=.prebuilt/bin/gproj bench_bin=.prebuilt/bin/cuda_attention_bench
+  probe_bin=.prebuilt/bin/wgmma_probe
   cp .prebuilt/_C.cpython-312-x86_64-linux-gnu.so python/gproj/
   echo "rc=0 (prebuilt for $GPROJ_COMMIT)" >"$out/python_build.rc"
   py_build=""
   note "build: prebuilt binaries of $GPROJ_COMMIT"
 else
   cuda_tests_bin=build/device/tests/cuda_tests gproj_bin=build/device/gproj bench_bin=build/device/bench/cuda_attention_bench
+  probe_bin=build/device/bench/wgmma_probe
   # The PyTorch extension with the CUDA kernels builds in the background while CMake builds the C++ targets.
   export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
   export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
@@ -51,7 +53,7 @@ if [ -z "$prebuilt" ]; then
 t0=$(date +%s)
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DGPROJ_BUILD_BENCH=ON -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
-  && cmake --build build/device -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench >"$out/build.log" 2>&1
+  && cmake --build build/device -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench wgmma_probe >"$out/build.log" 2>&1
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
 if [ $rc -ne 0 ]; then tail -40 "$out/configure.log" "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
@@ -83,6 +85,9 @@ t0=$(date +%s)
 timeout 120 "$bench_bin" >"$out/cuda_bench.txt" 2>&1
 note "cuda_attention_bench: rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench.txt"
+timeout 30 "$probe_bin" >"$out/wgmma_probe.txt" 2>&1
+note "wgmma_probe: rc=$?; $(tail -1 "$out/wgmma_probe.txt")"
+cat "$out/wgmma_probe.txt"
 fi
 
 [ -z "$py_build" ] || wait "$py_build"

@@ -15,7 +15,7 @@ t0=$SECONDS
 cmake -S . -B build/prebuilt -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPROJ_NATIVE=OFF -DGPROJ_BUILD_BENCH=ON \
   -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >build/prebuilt.configure.log 2>&1 ||
   { tail -20 build/prebuilt.configure.log; exit 1; }
-cmake --build build/prebuilt -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench >build/prebuilt.build.log 2>&1 ||
+cmake --build build/prebuilt -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench wgmma_probe >build/prebuilt.build.log 2>&1 ||
   { tail -30 build/prebuilt.build.log; exit 1; }
 
 py=build/venv312/bin/python
@@ -30,7 +30,8 @@ GPROJ_CUDA=1 MAX_JOBS="$(nproc)" "$py" setup.py build_ext --inplace >build/prebu
   { tail -30 build/prebuilt.python.log; exit 1; }
 
 rm -rf .prebuilt && mkdir -p .prebuilt/bin
-cp build/prebuilt/tests/cuda_tests build/prebuilt/gproj build/prebuilt/bench/cuda_attention_bench .prebuilt/bin/
+cp build/prebuilt/tests/cuda_tests build/prebuilt/gproj build/prebuilt/bench/cuda_attention_bench \
+  build/prebuilt/bench/wgmma_probe .prebuilt/bin/
 cp python/gproj/_C.cpython-312-x86_64-linux-gnu.so .prebuilt/
 strip .prebuilt/bin/* .prebuilt/_C.cpython-312-x86_64-linux-gnu.so
 echo "$commit" > .prebuilt/COMMIT

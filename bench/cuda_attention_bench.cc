@@ -91,10 +91,12 @@ int main() {
           const char* label;
           Variant variant;
           Projection projection;
+          int backward_warps;
         };
-        for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone},
-                                  Config{"gproj", Variant::kGproj, Projection::kPWeighted},
-                                  Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank}}) {
+        for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4},
+                                  Config{"base-w8", Variant::kBaseline, Projection::kNone, 8},
+                                  Config{"gproj", Variant::kGproj, Projection::kPWeighted, 4},
+                                  Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4}}) {
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;
@@ -105,6 +107,7 @@ int main() {
           p.params.variant = var;
           p.params.projection = cfg.projection;
           p.params.topk = 16;
+          p.params.cuda_backward_warps = cfg.backward_warps;
           p.params.causal = causal;
           void* ws;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));

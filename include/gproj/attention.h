@@ -54,6 +54,8 @@ struct FlashParams {
                                        // kThreshLowRank's threshold is 1/k
   Accumulation accumulation = Accumulation::kIeeeFp32;
   bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
+  int cuda_backward_warps = 4;         // CUDA, experimental: 8 = the wide backward (128 keys per CTA) for the
+                                       // variants without a projection; 4 = the default kernel
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };

@@ -91,6 +91,10 @@ float resolve_scale(const FlashParams& p, int64_t D) {
   if (!(p.fwdfix_tie_tol >= 0.0f) || !std::isfinite(p.fwdfix_tie_tol)) {
     throw Error(ErrorCode::kInvalidArgument, "fwdfix tie tolerance must be finite and >= 0");
   }
+  if (p.cuda_backward_warps != 4 && p.cuda_backward_warps != 8) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cuda_backward_warps must be 4 or 8, got " + std::to_string(p.cuda_backward_warps));
+  }
   if (p.topk < 1 || p.topk > 64) {
     throw Error(ErrorCode::kInvalidArgument, "top-k projection needs 1 <= k <= 64, got " + std::to_string(p.topk));
   }

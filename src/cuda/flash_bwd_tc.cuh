@@ -47,13 +47,13 @@ __device__ __forceinline__ void warp_abt(float (&acc)[8][4], const bf16_t* a, co
 }
 
 // acc (16 keys x D) += T[:, kw .. kw+15]^T B for a swizzled [64][64] tile T (rows = query rows) and a swizzled
-// [64][D] tile B (rows = query rows).
-template <int D>
+// [64][D] tile B (rows = query rows). kTW: the width (keys) of T's rows.
+template <int D, int kTW = kBwdBlock>
 __device__ __forceinline__ void warp_atb(float (&acc)[D / 8][4], const bf16_t* t, const bf16_t* bm, int kw, int lane) {
 #pragma unroll
   for (int kc = 0; kc < kBwdBlock / 16; ++kc) {
     uint32_t af[4];
-    ldsm_x4_t(af, smem_u32(t + swz<kBwdBlock>(kc * 16 + (lane & 7) + ((lane >> 4) << 3), kw / 8 + ((lane >> 3) & 1))));
+    ldsm_x4_t(af, smem_u32(t + swz<kTW>(kc * 16 + (lane & 7) + ((lane >> 4) << 3), kw / 8 + ((lane >> 3) & 1))));
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t bf[4];
@@ -277,6 +277,162 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
             atomic_add2(k + 8, c1[2], c1[3]);
           }
         }
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int j = j0 + kw + g + 8 * half;
+    if (j >= p.Nk) continue;
+    float* dka = p.dk_acc + (bh * p.Nk + j) * D;
+    float* dva = p.dv_acc + (bh * p.Nk + j) * D;
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+      *reinterpret_cast<float2*>(dka + n * 8 + 2 * tq) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
+      *reinterpret_cast<float2*>(dva + n * 8 + 2 * tq) = make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
+    }
+  }
+}
+
+// Wide backward (experimental, FlashParams::cuda_backward_warps = 8; baseline and fwdfix, no projection): one CTA
+// of 8 warps per 128 keys, query blocks of 64. S and dP: warp w takes query rows 16 (w % 4) and key half w / 4;
+// dV and dK: warp w takes keys 16 w; dQ: warp w takes rows 16 (w % 4) and the column half w / 4 over all 128
+// keys. Twice the warps per SM of flash_bwd_tc_kernel and half its dQ atomics per key; same rounding points.
+constexpr int kWideKeys = 128, kWideThreads = 256;
+
+template <int D>
+constexpr size_t bwd_wide_smem_bytes() {
+  return sizeof(bf16_t) * (2 * kWideKeys * D + 4 * kBwdBlock * D + 2 * kBwdBlock * kWideKeys);
+}
+
+template <int D, bool kStats>
+__global__ void __launch_bounds__(kWideThreads, 1) flash_bwd_tc_wide_kernel(const KernelParams p) {
+  constexpr int BQ = kBwdBlock, BK = kWideKeys, kNt = D / 8, kHalfD = D / 2;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16_t* sK = reinterpret_cast<bf16_t*>(smem_raw);  // [BK][D]
+  bf16_t* sV = sK + BK * D;                           // [BK][D]
+  bf16_t* sQ = sV + BK * D;                           // [2][BQ][D]
+  bf16_t* sdO = sQ + 2 * BQ * D;                      // [2][BQ][D]
+  bf16_t* sP = sdO + 2 * BQ * D;                      // [BQ][BK] bf16(P)
+  bf16_t* sdS = sP + BQ * BK;                         // [BQ][BK] bf16(dS)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
+  const int hk = h / (p.H / p.Hkv);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
+  const int kcount = min(BK, p.Nk - j0);
+
+  load_tile_async<BK, D, kWideThreads>(sK, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, j0, kcount, hk);
+  load_tile_async<BK, D, kWideThreads>(sV, p.v.data, p.v.s0, p.v.s1, p.v.s2, b, j0, kcount, hk);
+  if (qb0 < nqb) {
+    const int cnt = min(BQ, p.Nq - qb0 * BQ);
+    load_tile_async<BQ, D, kWideThreads>(sQ, p.q.data, p.q.s0, p.q.s1, p.q.s2, b, qb0 * BQ, cnt, h);
+    load_tile_async<BQ, D, kWideThreads>(sdO, p.dout.data, p.dout.s0, p.dout.s1, p.dout.s2, b, qb0 * BQ, cnt, h);
+  }
+  cp_async_commit();
+
+  float dk[kNt][4], dv[kNt][4];
+#pragma unroll
+  for (int n = 0; n < kNt; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+  const int r0 = 16 * (warp & 3), kh = warp >> 2, kw = 16 * warp;
+  const int jw = j0 + 64 * kh;  // first key of this warp's half in the S / dP phase
+
+  for (int qb = qb0; qb < nqb; ++qb) {
+    const int buf = (qb - qb0) & 1, i0 = qb * BQ;
+    if (qb + 1 < nqb) {
+      const int in = i0 + BQ, cnt = min(BQ, p.Nq - in);
+      load_tile_async<BQ, D, kWideThreads>(sQ + (buf ^ 1) * BQ * D, p.q.data, p.q.s0, p.q.s1, p.q.s2, b, in, cnt, h);
+      load_tile_async<BQ, D, kWideThreads>(sdO + (buf ^ 1) * BQ * D, p.dout.data, p.dout.s0, p.dout.s1, p.dout.s2,
+                                           b, in, cnt, h);
+    }
+    cp_async_commit();
+    const int row_a = i0 + r0 + g, row_b = row_a + 8;
+    const float L_a = row_a < p.Nq ? p.lse[bh * p.Nq + row_a] : 0.0f;
+    const float L_b = row_b < p.Nq ? p.lse[bh * p.Nq + row_b] : 0.0f;
+    const float dl_a = row_a < p.Nq ? p.delta[bh * p.Nq + row_a] : 0.0f;
+    const float dl_b = row_b < p.Nq ? p.delta[bh * p.Nq + row_b] : 0.0f;
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16_t* qt = sQ + buf * BQ * D;
+    const bf16_t* ot = sdO + buf * BQ * D;
+
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
+    warp_abt<D>(s, qt, sK + 64 * kh * D, r0, lane);
+    warp_abt<D>(dp, ot, sV + 64 * kh * D, r0, lane);
+    const bool need_mask = i0 + r0 + 16 > p.Nq || jw + 64 > p.Nk || L_a == neg_inf() ||
+                           (p.causal && jw + 63 > last_visible(p, i0 + r0));
+    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, jw, tq, L_a, L_b);
+    float rs_a = 0.0f, rs_b = 0.0f, ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float ds0 = s[n][0] * (dp[n][0] - dl_a), ds1 = s[n][1] * (dp[n][1] - dl_a);
+      const float ds2 = s[n][2] * (dp[n][2] - dl_b), ds3 = s[n][3] * (dp[n][3] - dl_b);
+      const __nv_bfloat162 pa = __floats2bfloat162_rn(s[n][0], s[n][1]), pb = __floats2bfloat162_rn(s[n][2], s[n][3]);
+      const __nv_bfloat162 da = __floats2bfloat162_rn(ds0, ds1), db = __floats2bfloat162_rn(ds2, ds3);  // B4
+      if (kStats) {
+        rs_a += __low2float(da) + __high2float(da);
+        rs_b += __low2float(db) + __high2float(db);
+        ps_a += __low2float(pa) + __high2float(pa);
+        ps_b += __low2float(pb) + __high2float(pb);
+      }
+      const int chunk = 8 * kh + n;  // 16-byte chunk of the 128-key row
+      const int ca = swz<BK>(r0 + g, chunk) + 2 * tq, cb = swz<BK>(r0 + g + 8, chunk) + 2 * tq;
+      *reinterpret_cast<__nv_bfloat162*>(sP + ca) = pa;
+      *reinterpret_cast<__nv_bfloat162*>(sP + cb) = pb;
+      *reinterpret_cast<__nv_bfloat162*>(sdS + ca) = da;
+      *reinterpret_cast<__nv_bfloat162*>(sdS + cb) = db;
+    }
+    if (kStats) {
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        rs_a += __shfl_xor_sync(0xffffffffu, rs_a, o);
+        rs_b += __shfl_xor_sync(0xffffffffu, rs_b, o);
+        ps_a += __shfl_xor_sync(0xffffffffu, ps_a, o);
+        ps_b += __shfl_xor_sync(0xffffffffu, ps_b, o);
+      }
+      if (tq == 0 && row_a < p.Nq) {
+        atomicAdd(&p.rowsum[bh * p.Nq + row_a], rs_a);
+        atomicAdd(&p.psum[bh * p.Nq + row_a], ps_a);
+      }
+      if (tq == 0 && row_b < p.Nq) {
+        atomicAdd(&p.rowsum[bh * p.Nq + row_b], rs_b);
+        atomicAdd(&p.psum[bh * p.Nq + row_b], ps_b);
+      }
+    }
+    __syncthreads();
+    warp_atb<D, BK>(dv, sP, ot, kw, lane);   // dV += bf16(P)^T dO
+    warp_atb<D, BK>(dk, sdS, qt, kw, lane);  // dK += bf16(dS)^T Q
+    {  // dQ += bf16(dS) K for rows r0.., columns [kh D/2, kh D/2 + D/2), over all 128 keys
+      float acc[kHalfD / 8][4];
+#pragma unroll
+      for (int n = 0; n < kHalfD / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+      for (int kc = 0; kc < BK / 16; ++kc) {
+        uint32_t af[4];
+        ldsm_x4(af, smem_u32(sdS + swz<BK>(r0 + (lane & 15), kc * 2 + (lane >> 4))));
+#pragma unroll
+        for (int dpi = 0; dpi < kHalfD / 16; ++dpi) {
+          uint32_t bf[4];
+          const int chunk = kh * (kHalfD / 8) + dpi * 2 + (lane >> 4);
+          ldsm_x4_t(bf, smem_u32(sK + swz<D>(kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, chunk)));
+          mma16816(acc[2 * dpi], af, bf[0], bf[1]);
+          mma16816(acc[2 * dpi + 1], af, bf[2], bf[3]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kHalfD / 8; ++n) {
+        const int col = kh * kHalfD + n * 8 + 2 * tq;
+        if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, acc[n][0], acc[n][1]);
+        if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, acc[n][2], acc[n][3]);
       }
     }
     __syncthreads();

@@ -114,11 +114,18 @@ Status forward_tc(const KernelParams& k, cudaStream_t stream) {
 }
 
 template <int D, bool kPWeighted>
-Status backward_tc(const KernelParams& k, bool deterministic, cudaStream_t stream) {
+Status backward_tc(const KernelParams& k, bool deterministic, bool wide, cudaStream_t stream) {
   constexpr int blk = detail::kBwdBlock, threads = detail::kBwdThreads;
   const dim3 grid((k.Nk + blk - 1) / blk, k.H, k.B);
   const size_t smem = detail::bwd_tc_smem_bytes<D>();
   Status s;
+  if (wide && !kPWeighted && !deterministic) {  // experimental: 8 warps, 128 keys per CTA
+    const dim3 wgrid((k.Nk + detail::kWideKeys - 1) / detail::kWideKeys, k.H, k.B);
+    return k.row_stats ? launch(detail::flash_bwd_tc_wide_kernel<D, true>, wgrid, detail::bwd_wide_smem_bytes<D>(),
+                                stream, k, "backward main, wide", detail::kWideThreads)
+                       : launch(detail::flash_bwd_tc_wide_kernel<D, false>, wgrid, detail::bwd_wide_smem_bytes<D>(),
+                                stream, k, "backward main, wide", detail::kWideThreads);
+  }
   if (deterministic) {
     s = launch(detail::flash_bwd_tc_kernel<D, kPWeighted, false, false>, grid, smem, stream, k,
                "backward main, tensor cores (dK, dV)", threads);
@@ -178,10 +185,13 @@ Status backward_d(const KernelParams& k, bool deterministic, cudaStream_t stream
 }
 
 template <int D>
-Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool deterministic, bool tc,
+Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool deterministic, bool tc, bool wide,
                         cudaStream_t stream) {
   if (v == Variant::kFp32) return backward_d<D, false, false>(k, deterministic, stream);
-  if (tc) return pweighted ? backward_tc<D, true>(k, deterministic, stream) : backward_tc<D, false>(k, deterministic, stream);
+  if (tc) {
+    return pweighted ? backward_tc<D, true>(k, deterministic, false, stream)
+                     : backward_tc<D, false>(k, deterministic, wide, stream);
+  }
   return pweighted ? backward_d<D, true, true>(k, deterministic, stream)
                    : backward_d<D, true, false>(k, deterministic, stream);
 }
@@ -358,8 +368,9 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     detail::bwd_postprocess_dkv_kernel<<<static_cast<unsigned>((nk + kPost - 1) / kPost), kPost, 0, st>>>(kp);
     return last_error("backward dK/dV postprocess");
   }
-  Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, st)
-                       : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, st);
+  const bool wide = p.params.cuda_backward_warps == 8;
+  Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
+                       : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);
   if (!s.ok) return s;
   const int64_t nq = p.B * p.Nq * p.H * p.D, nk = p.B * p.Nk * p.Hkv * p.D;
   if (pweighted) {

@@ -56,6 +56,32 @@ TEST_P(CudaSweep, EveryVariantMatchesOracleAndCpu) {
   }
 }
 
+// The experimental wide backward (FlashParams::cuda_backward_warps = 8) for the variants it serves.
+TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
+  GPROJ_REQUIRE_GPU();
+  test::Case c = GetParam();
+  c.block_q = c.block_k = 64;
+  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
+  const AttentionState s = test::state_for(c, 5000 + c.Nq * 3 + c.Nk);
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  const test::Tolerances tol = test::derive_tolerances(ref, oracle);
+  for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
+    FlashParams p = test::params_for(v);
+    p.cuda_backward_warps = 8;
+    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+    const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
+    EXPECT_LE(gpu.dq.rel_fro, tol.dq) << variant_name(v);
+    EXPECT_LE(gpu.dk.rel_fro, tol.dk) << variant_name(v);
+    EXPECT_LE(gpu.dv.rel_fro, tol.dv) << variant_name(v);
+    const Tensor<double> cpu_dq = to_double(cpu.bwd.dq.view()), cpu_dk = to_double(cpu.bwd.dk.view()),
+                         cpu_dv = to_double(cpu.bwd.dv.view());
+    expect_close_to_cpu(compare(gpu.bwd.dq.view(), cpu_dq.view()), oracle.bwd.dq.view(), "wide dQ vs CPU");
+    expect_close_to_cpu(compare(gpu.bwd.dk.view(), cpu_dk.view()), oracle.bwd.dk.view(), "wide dK vs CPU");
+    expect_close_to_cpu(compare(gpu.bwd.dv.view(), cpu_dv.view()), oracle.bwd.dv.view(), "wide dV vs CPU");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Awkward, CudaSweep, ::testing::ValuesIn(test::awkward_cases()),
                          [](const auto& param_info) { return test::case_name(param_info.param); });
 

@@ -64,10 +64,11 @@ t0=$(date +%s)
 timeout 150 "$cuda_tests_bin" >"$out/cuda_tests.log" 2>&1
 note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
 
-small='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q1_k97_h2x2_d64*'
+# Small cases of every kernel path: the default and wide backward, and (odd row count) pweighted and thresh-lowrank.
+small='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Cuda.OddRowCountKeepsTheWorkspaceAligned'
 for tool in memcheck racecheck; do
   t0=$(date +%s)
-  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cuda_tests_bin" --gtest_filter="$small" \
+  timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cuda_tests_bin" --gtest_filter="$small" \
     >"$out/sanitizer_$tool.log" 2>&1
   note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
 done

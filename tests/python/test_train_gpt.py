@@ -239,3 +239,18 @@ def test_compiled_steps_track_eager_steps(tmp_path):
     assert len(la) == len(lb) == 5
     assert max(abs(x - y) / abs(x) for x, y in zip(la, lb)) < 1e-3
     assert [json.loads(line)["step"] for line in open(b / "audit.jsonl")] == [3, 3]
+
+
+def test_summarize_runs_reports_divergence_loss_and_worst_dq(tmp_path, capsys):
+    import summarize_runs
+
+    run = tiny_run(tmp_path, "s", "--steps", "4", "--audit-every", "2", "--audit-batch", "1")
+    row = summarize_runs.summarize(str(run))
+    assert row["divergence"] == "none through 4" and row["variant"] == "gproj-baseline" and row["seed"] == 0
+    audits = [json.loads(line) for line in open(run / "audit.jsonl")]
+    assert row["worst_dq"][0] == max(a["dq_err"] for a in audits)
+    summarize_runs.main([str(run), "--out", str(tmp_path / "t.md")])
+    assert "| s | gproj-baseline | 0 | none through 4 |" in capsys.readouterr().out
+    assert (tmp_path / "t.md").read_text().startswith("| run | variant |")
+    with pytest.raises(SystemExit, match="not a complete run folder"):
+        summarize_runs.main([str(tmp_path / "missing")])

@@ -1,0 +1,84 @@
+# The per-run table of the training experiment (issue 5, docs/experiment.md) from run folders: variant, seed,
+# steps, divergence ("none through N", the step, or the non-finite step), final train and validation loss, the
+# worst per-layer dQ error of any audit (with its layer and step), the largest logit seen, median tokens/s.
+# Usage: python examples/summarize_runs.py RUN_DIR... [--out table.md]. Exercised by tests/python/test_train_gpt.py.
+import argparse
+import json
+import os
+import statistics
+import sys
+
+
+def summarize(run):
+    """One row (a dict) for a run folder written by examples/train_gpt.py."""
+    with open(os.path.join(run, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(run, "env.json")) as f:
+        config = json.load(f)["config"]
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        metrics = [json.loads(line) for line in f]
+    audits = []
+    if os.path.exists(os.path.join(run, "audit.jsonl")):
+        with open(os.path.join(run, "audit.jsonl")) as f:
+            audits = [json.loads(line) for line in f]
+    steps = summary["steps_done"]
+    if summary.get("nonfinite_at") is not None:
+        divergence = f"non-finite at {summary['nonfinite_at']}"
+    elif summary.get("diverged_at") is not None:
+        divergence = f"diverged at {summary['diverged_at']}"
+    else:
+        divergence = f"none through {steps}"
+    if summary.get("stopped"):
+        divergence += f" ({summary['stopped']})"
+    worst = max(audits, key=lambda a: a["dq_err"], default=None)
+    rates = [m["tokens_per_s"] for m in metrics[10:]] or [m["tokens_per_s"] for m in metrics]
+    return {
+        "run": os.path.basename(os.path.normpath(run)),
+        "variant": config["attention"],
+        "seed": config["seed"],
+        "steps": steps,
+        "divergence": divergence,
+        "final_loss": summary.get("final_loss"),
+        "final_val_loss": summary.get("final_val_loss"),
+        "worst_dq": None if worst is None else (worst["dq_err"], worst["layer"], worst["step"]),
+        "max_logit": max((a["max_logit"] for a in audits if "max_logit" in a), default=None),
+        "tokens_per_s": statistics.median(rates) if rates else None,
+    }
+
+
+def markdown(rows):
+    def num(x, fmt):
+        return "–" if x is None else format(x, fmt)
+
+    out = ["| run | variant | seed | divergence | final loss | val loss | worst dQ error (layer, step) | max logit | tokens/s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        worst = "–" if r["worst_dq"] is None else f"{100 * r['worst_dq'][0]:.3f}% (L{r['worst_dq'][1]}, {r['worst_dq'][2]})"
+        out.append(f"| {r['run']} | {r['variant']} | {r['seed']} | {r['divergence']} | {num(r['final_loss'], '.4f')} | "
+                   f"{num(r['final_val_loss'], '.4f')} | {worst} | {num(r['max_logit'], '.1f')} | "
+                   f"{num(r['tokens_per_s'], ',.0f')} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("runs", nargs="+", help="run folders of examples/train_gpt.py")
+    ap.add_argument("--out", default=None, help="write the Markdown table here (atomically) as well")
+    args = ap.parse_args(argv)
+    rows = []
+    for run in args.runs:
+        try:
+            rows.append(summarize(run))
+        except (OSError, KeyError, json.JSONDecodeError) as e:
+            sys.exit(f"summarize_runs: {run} is not a complete run folder: {e}")
+    table = markdown(rows)
+    sys.stdout.write(table)
+    if args.out:
+        tmp = f"{args.out}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(table)
+        os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -96,10 +96,10 @@ def extension():
     if os.environ.get("GPROJ_CUDA") != "1":
         return CppExtension(sources=sources, extra_compile_args={"cxx": cxx_flags}, **kwargs)
 
-    # GPROJ_CUDA=1: the CUDA kernels (sm_90, as the CMake build) join the build and the binding compiles its CUDA
+    # GPROJ_CUDA=1: the CUDA kernels (sm_90a, as the CMake build) join the build and the binding compiles its CUDA
     # call path. nvcc warning 554 (TensorView<const T>'s conversion to itself) is suppressed there too.
     kwargs["define_macros"].append(("GPROJ_WITH_CUDA", "1"))
-    nvcc_flags = ["-O3", "-std=c++17", "-gencode=arch=compute_90,code=sm_90", "--diag-suppress=554"]
+    nvcc_flags = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "--diag-suppress=554"]
     return CUDAExtension(sources=sources + CUDA_SOURCES, extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
                          **kwargs)
 

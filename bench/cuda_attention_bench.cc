@@ -92,11 +92,12 @@ int main() {
           Variant variant;
           Projection projection;
           int backward_warps;
+          bool wgmma_forward;
         };
-        for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4},
-                                  Config{"base-w8", Variant::kBaseline, Projection::kNone, 8},
-                                  Config{"gproj", Variant::kGproj, Projection::kPWeighted, 4},
-                                  Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4}}) {
+        for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4, false},
+                                  Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, true},
+                                  Config{"gproj", Variant::kGproj, Projection::kPWeighted, 4, false},
+                                  Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4, false}}) {
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;
@@ -108,6 +109,7 @@ int main() {
           p.params.projection = cfg.projection;
           p.params.topk = 16;
           p.params.cuda_backward_warps = cfg.backward_warps;
+          p.params.cuda_wgmma_forward = cfg.wgmma_forward;
           p.params.causal = causal;
           void* ws;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));

@@ -52,7 +52,7 @@ if [ -z "${ONLY_PYTHON:-}" ]; then
 if [ -z "$prebuilt" ]; then
 t0=$(date +%s)
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
-  -DGPROJ_BUILD_BENCH=ON -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
+  -DGPROJ_BUILD_BENCH=ON -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/configure.log" 2>&1 \
   && cmake --build build/device -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench wgmma_probe >"$out/build.log" 2>&1
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s"

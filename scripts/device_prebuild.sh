@@ -13,7 +13,7 @@ export GPROJ_COMMIT=$commit
 t0=$SECONDS
 
 cmake -S . -B build/prebuilt -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPROJ_NATIVE=OFF -DGPROJ_BUILD_BENCH=ON \
-  -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >build/prebuilt.configure.log 2>&1 ||
+  -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >build/prebuilt.configure.log 2>&1 ||
   { tail -20 build/prebuilt.configure.log; exit 1; }
 cmake --build build/prebuilt -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench wgmma_probe >build/prebuilt.build.log 2>&1 ||
   { tail -30 build/prebuilt.build.log; exit 1; }

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cuda/wgmma.cuh"
+
 namespace {
 
 #define CHECK(x)                                                                              \
@@ -27,58 +29,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// The canonical 128B-swizzled atom: 8 rows of 128 bytes (64 BF16), 16-byte chunk c of row r stored at chunk
-// c ^ (r % 8). A tile whose contiguous extent is 64 * w elements is stored as w such column blocks one after the
-// other, each [rows][64].
-__host__ __device__ inline int sw128_offset(int row, int col, int rows) {
-  const int block = col / 64, c = col % 64;
-  return block * rows * 64 + row * 64 + ((((c / 8) ^ (row % 8))) * 8) + c % 8;
-}
-
-__device__ inline uint64_t make_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  uint64_t d = 0;
-  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16;
-  d |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32;
-  d |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
-  return d;
-}
-
-__device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ inline void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// D (64 x 64, f32) = / += A B; A and B from shared memory; tnsp_b = 1: B MN-major.
-template <int kTnspB>
-__device__ inline void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-      "%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(accumulate), "n"(kTnspB));
-}
-
-// D (64 x 64) += A B with A from registers (the m16k16 fragment of each warp's 16 rows) and B from shared memory.
-template <int kTnspB>
-__device__ inline void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-      "%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(kTnspB));
-}
+using namespace gproj::cuda::detail;  // sw128_offset, wg_desc, wgmma_ss_n64, wgmma_rs_n64, fences (src/cuda/wgmma.cuh)
 
 struct Config {
   const char* name;
@@ -120,11 +71,11 @@ __global__ void probe_kernel(const bf16* A, const bf16* B, float* C, Config cfg)
       uint64_t db;
       if (!cfg.b_mn) {
         // K-major B: rows = n of this N block, 8-row groups 1024 B apart; K step = 32 B inside the swizzle row.
-        db = make_desc(sB + kb * N * 64 + nb * 64 * 64 + kin * 16, 16, 1024);
+        db = wg_desc(sB + kb * N * 64 + nb * 64 * 64 + kin * 16, 16, 1024);
       } else {
         // MN-major B: rows = k; this N block's column block starts at nb * K * 64 elements; K step of 16 rows.
         const bf16* base = sB + nb * K * 64 + ks * 16 * 64;
-        db = cfg.mn_variant == 0 ? make_desc(base, K * 128, 1024) : make_desc(base, 1024, K * 128);
+        db = cfg.mn_variant == 0 ? wg_desc(base, K * 128, 1024) : wg_desc(base, 1024, K * 128);
       }
       if (cfg.a_regs) {
         uint32_t a[4];
@@ -137,7 +88,7 @@ __global__ void probe_kernel(const bf16* A, const bf16* B, float* C, Config cfg)
         if (cfg.b_mn) wgmma_rs_n64<1>(d, a, db, ks > 0);
         else wgmma_rs_n64<0>(d, a, db, ks > 0);
       } else {
-        const uint64_t da = make_desc(sA + kb * 64 * 64 + kin * 16, 16, 1024);
+        const uint64_t da = wg_desc(sA + kb * 64 * 64 + kin * 16, 16, 1024);
         if (cfg.b_mn) wgmma_ss_n64<1>(d, da, db, ks > 0);
         else wgmma_ss_n64<0>(d, da, db, ks > 0);
       }
@@ -229,6 +180,7 @@ int main() {
       return 1;
     }
   }
-  std::printf("MN-major descriptor: candidate 0 passed %d, candidate 1 passed %d\n", mn_pass[0], mn_pass[1]);
+  std::printf("MN-major descriptor: candidate 0 passed %d, candidate 1 passed %d (src/cuda/wgmma.cuh uses %d)\n",
+              mn_pass[0], mn_pass[1], kMnMajorLboIsNBlock ? 0 : 1);
   return ok ? 0 : 1;
 }

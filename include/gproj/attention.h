@@ -54,6 +54,7 @@ struct FlashParams {
                                        // kThreshLowRank's threshold is 1/k
   Accumulation accumulation = Accumulation::kIeeeFp32;
   bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
+  bool cuda_wgmma_forward = false;     // CUDA, experimental: the wgmma (sm_90a) forward of flash_fwd_wg.cuh
   int cuda_backward_warps = 4;         // CUDA, experimental: 8 = the wide backward (128 keys per CTA) for the
                                        // variants without a projection; 4 = the default kernel
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;

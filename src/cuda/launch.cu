@@ -11,6 +11,7 @@
 #include "cuda/flash_bwd_tc.cuh"
 #include "cuda/flash_fwd.cuh"
 #include "cuda/flash_fwd_tc.cuh"
+#include "cuda/flash_fwd_wg.cuh"
 #include "cuda/projection_tc.cuh"
 #include "gproj/cuda/attention_cuda.h"
 
@@ -152,8 +153,18 @@ Status forward_d(const KernelParams& k, cudaStream_t stream) {
   return launch(detail::flash_fwd_kernel<D, kRound, kTie>, grid, detail::fwd_smem_bytes<D>(), stream, k, "forward");
 }
 
+template <int D, bool kTie>
+Status forward_wg(const KernelParams& k, cudaStream_t stream) {
+  const dim3 grid((k.Nq + detail::kWgRows - 1) / detail::kWgRows, k.H, k.B);
+  return launch(detail::flash_fwd_wg_kernel<D, kTie>, grid, detail::fwd_wg_smem_bytes<D>(), stream, k,
+                "forward (wgmma)", detail::kWgThreads);
+}
+
 template <int D>
-Status forward_variant(const KernelParams& k, Variant v, bool tc, cudaStream_t stream) {
+Status forward_variant(const KernelParams& k, Variant v, bool tc, bool wgmma, cudaStream_t stream) {
+  if (tc && wgmma && v != Variant::kFp32) {
+    return v == Variant::kBaseline ? forward_wg<D, false>(k, stream) : forward_wg<D, true>(k, stream);
+  }
   if (tc && v != Variant::kFp32) {
     return v == Variant::kBaseline ? forward_tc<D, false>(k, stream) : forward_tc<D, true>(k, stream);
   }
@@ -293,8 +304,9 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   kp.o_fp32_out = static_cast<float*>(o_fp32.data);
   const auto st = static_cast<cudaStream_t>(stream);
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v);
-  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, st)
-                   : forward_variant<128>(kp, p.params.variant, tc, st);
+  const bool wgmma = p.params.cuda_wgmma_forward;
+  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, st)
+                   : forward_variant<128>(kp, p.params.variant, tc, wgmma, st);
 }
 
 size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }

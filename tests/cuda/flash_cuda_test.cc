@@ -82,6 +82,28 @@ TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
   }
 }
 
+// The experimental wgmma forward (FlashParams::cuda_wgmma_forward): O within the derived tolerance and within a
+// third of a BF16 rounding of the CPU emulator; LSE as close as the FP32 variant's.
+TEST_P(CudaSweep, WgmmaForwardMatchesOracleAndCpu) {
+  GPROJ_REQUIRE_GPU();
+  test::Case c = GetParam();
+  c.block_q = c.block_k = 64;
+  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
+  const AttentionState s = test::state_for(c, 7000 + c.Nq * 3 + c.Nk);
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  for (Variant v : {Variant::kBaseline, Variant::kFwdfix, Variant::kGproj}) {
+    FlashParams p = test::params_for(v);
+    p.cuda_wgmma_forward = true;
+    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+    const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
+    EXPECT_LE(gpu.o.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << variant_name(v);
+    const Tensor<double> cpu_o = to_double(cpu.fwd.o.view());
+    expect_close_to_cpu(compare(gpu.fwd.o.view(), cpu_o.view()), oracle.fwd.o.view(), "wgmma O vs CPU");
+    EXPECT_LE(gpu.lse.rel_fro, 2 * ref.lse.rel_fro + 1e-6) << variant_name(v);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Awkward, CudaSweep, ::testing::ValuesIn(test::awkward_cases()),
                          [](const auto& param_info) { return test::case_name(param_info.param); });
 

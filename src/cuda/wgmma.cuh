@@ -1,0 +1,81 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) building blocks: the 128-byte-swizzled shared-memory layout, matrix
+// descriptors, fences, and m64n64k16 BF16 -> FP32 products with A from shared memory or registers.
+// Used by flash_fwd_wg.cuh and checked on the GPU by bench/probes/wgmma_probe.cu (which includes this file).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace gproj::cuda::detail {
+
+// Element offset of (row, col) in a BF16 tile stored as column blocks of 64 (128 bytes) x `rows`, each block the
+// canonical 128B-swizzle layout: 8-row atoms of 1024 bytes, 16-byte chunk c of row r at chunk c ^ (r % 8).
+// Every block must start on a 1024-byte boundary.
+__host__ __device__ inline int sw128_offset(int row, int col, int rows) {
+  const int block = col / 64, c = col % 64;
+  return block * rows * 64 + row * 64 + (((c / 8) ^ (row % 8)) * 8) + c % 8;
+}
+
+// Descriptor of a 128B-swizzled operand starting at `smem`: leading / stride byte offsets as the PTX ISA's
+// matrix-descriptor fields (bits 16-29 and 32-45, in 16-byte units), swizzle mode 1 (128 B) in bits 62-63.
+__device__ inline uint64_t wg_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t d = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16;
+  d |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32;
+  d |= static_cast<uint64_t>(1) << 62;
+  return d;
+}
+
+// K-major operand (rows = M or N, K contiguous): 8-row groups 1024 bytes apart; a K step of 16 elements is
+// +32 bytes of the start address inside the 128-byte row (LBO unused).
+__device__ inline uint64_t wg_desc_kmajor(const void* smem) { return wg_desc(smem, 16, 1024); }
+
+// MN-major operand (rows = K, N contiguous; only the transposed-B form is used): 8 K-rows 1024 bytes apart,
+// column blocks of 64 N `n_block_bytes` apart. Which of LBO / SBO holds which stride is what
+// bench/probes/wgmma_probe.cu checks (its candidate 0 is this encoding).
+constexpr bool kMnMajorLboIsNBlock = true;
+__device__ inline uint64_t wg_desc_mnmajor(const void* smem, uint32_t n_block_bytes) {
+  return kMnMajorLboIsNBlock ? wg_desc(smem, n_block_bytes, 1024) : wg_desc(smem, 1024, n_block_bytes);
+}
+
+__device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Makes this thread's generic-proxy writes to shared memory (stores, cp.async) visible to wgmma's async proxy.
+__device__ inline void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d (64 x 64 FP32, 32 per thread) = / += A B, A and B from shared memory; kTnspB = 1: B is MN-major.
+// Accumulator layout per warp w of the warpgroup: rows 16 w + g (+8), n8 block j: d[4 j + e] at
+// (g + 8 (e / 2), 8 j + 2 t + (e % 2)) with lane = 4 g + t, the m16n8 C layout of mma.sync.
+template <int kTnspB>
+__device__ inline void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+      "%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(accumulate), "n"(kTnspB));
+}
+
+// d (64 x 64) = / += A B with A from registers: each warp's 16 rows as the m16k16 A fragment of mma.sync.
+template <int kTnspB>
+__device__ inline void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+      "%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(kTnspB));
+}
+
+}  // namespace gproj::cuda::detail

@@ -107,7 +107,6 @@ int main() {
           p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
           p.params.variant = var;
           p.params.projection = cfg.projection;
-          p.params.topk = 16;
           p.params.cuda_backward_warps = cfg.backward_warps;
           p.params.cuda_wgmma_forward = cfg.wgmma_forward;
           p.params.causal = causal;

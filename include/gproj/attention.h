@@ -28,8 +28,8 @@ enum class Projection {
   kTopK,          // P-weighted over each row's k largest P only (sparse: gathers/scatters), on dQ and dK
   kTopKRest,      // P-weighted on the k largest P; the rest of the row's P mass spread uniformly (prefix sums)
   kTopKLowRank,   // dQ: top k exact + the tail through P.(K U) U^T (rank r); dK: as kTopKRest
-  kThreshLowRank, // as kTopKLowRank over the entries with bf16(P) >= 1/k (never more than k): no ranking, a
-                  // test a backward kernel applies tile by tile
+  kThreshLowRank, // as kTopKLowRank over the entries with bf16(P) >= 1/k, k = thresh_k (never more than k):
+                  // no ranking, a test a backward kernel applies tile by tile
   kDelta,         // no projection; delta_i from the FP32 O (forward keeps O's low-order residual)
   kInTile,        // per tile, each row's rounding residual folded back onto its largest-P entry (re-rounded)
 };
@@ -50,8 +50,8 @@ struct FlashParams {
                                        // entries exp(-(beta-1) r_m) underflow to O = NaN once r_m > ~87)
   Projection projection = Projection::kPWeighted;  // used by Variant::kGproj only (docs/gproj-projection.md)
   int lowrank_rank = 8;                // r of Projection::kLowRank
-  int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key);
-                                       // kThreshLowRank's threshold is 1/k
+  int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
+  int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
   Accumulation accumulation = Accumulation::kIeeeFp32;
   bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
   bool cuda_wgmma_forward = false;     // CUDA, experimental: the wgmma (sm_90a) forward of flash_fwd_wg.cuh

@@ -62,6 +62,7 @@ int run_check(const CheckOptions& o, std::FILE* out) {
     p.variant = parse_variant(name);
     p.allow_nonfinite = o.allow_nonfinite;
     p.deterministic = o.deterministic;
+    if (!o.projection.empty()) p.projection = parse_projection(o.projection);
     variants.push_back(p);
   }
   if (variants.empty()) throw Error(ErrorCode::kInvalidArgument, "--variants lists no variant");

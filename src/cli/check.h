@@ -19,6 +19,7 @@ struct CheckOptions {
   std::string data_dir;               // where the real states are; empty: default_data_dir()
   bool allow_nonfinite = false;
   bool deterministic = false;         // CUDA: no atomics in the backward (same bits every run)
+  std::string projection;             // GProj's projection for the gproj variant; empty: the default
   bool quiet = false;                 // no progress on stderr
 };
 

@@ -41,6 +41,7 @@ int run_one(const RunOptions& o, std::FILE* out) {
   p.variant = parse_variant(o.variant);
   p.allow_nonfinite = o.allow_nonfinite;
   p.deterministic = o.deterministic;
+  if (!o.projection.empty()) p.projection = parse_projection(o.projection);
   const AttentionState s = load_state(o.state, o.allow_nonfinite);
   p.causal = s.causal;
   p.softmax_scale = state_scale(s);

@@ -11,6 +11,7 @@ struct RunOptions {
   std::string state, variant = "gproj", device = "cpu", out;
   bool allow_nonfinite = false;
   bool deterministic = false;  // CUDA: no atomics in the backward
+  std::string projection;      // GProj's projection for the gproj variant; empty: the default
 };
 
 // Writes o, lse, dq, dk, dv as F32 (exactly the values the variant produced) and provenance metadata.

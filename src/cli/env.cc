@@ -51,8 +51,16 @@ nlohmann::json variant_params_json(const FlashParams& p) {
   }
   if (p.variant == Variant::kGproj) {
     j["projection"] = projection_name(p.projection);
-    if (p.projection == Projection::kTopK) j["topk"] = p.topk;
-    if (p.projection == Projection::kLowRank) j["lowrank_rank"] = p.lowrank_rank;
+    const Projection q = p.projection;
+    if (q == Projection::kTopK || q == Projection::kTopKRest || q == Projection::kTopKLowRank) j["topk"] = p.topk;
+    if (q == Projection::kThreshLowRank) j["thresh_k"] = p.thresh_k;
+    if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) {
+      j["lowrank_rank"] = p.lowrank_rank;
+    }
+  }
+  if (p.cuda_backward_warps != 4 || p.cuda_wgmma_forward) {  // the experimental CUDA kernels, when chosen
+    j["cuda_backward_warps"] = p.cuda_backward_warps;
+    j["cuda_wgmma_forward"] = p.cuda_wgmma_forward;
   }
   return j;
 }

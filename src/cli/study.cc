@@ -63,6 +63,7 @@ int run_study(const StudyOptions& o, std::FILE* out) {
       }
       for (int k : o.topk) {
         p.topk = k;
+        p.thresh_k = k;
         row(p, std::string("gproj / ") + projection_name(proj) + " k=" + std::to_string(k));
       }
     }

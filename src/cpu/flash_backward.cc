@@ -111,7 +111,8 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       dKacc.assign(static_cast<size_t>(d.Nk) * D, 0.0f);
       dVacc.assign(dKacc.size(), 0.0f);
       cpu::HeadView head{d.Nq, d.Nk, D, params.causal, Q.data(), K.data(), dQacc.data(), dKacc.data()};
-      cpu::RowProjection proj(st.projection, head, params.lowrank_rank, params.topk, gemm);
+      cpu::RowProjection proj(st.projection, head, params.lowrank_rank,
+                              st.projection == Projection::kThreshLowRank ? params.thresh_k : params.topk, gemm);
 
       std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),
           dSb_raw(P.size()), dSb(P.size());

@@ -95,6 +95,9 @@ float resolve_scale(const FlashParams& p, int64_t D) {
     throw Error(ErrorCode::kInvalidArgument,
                 "cuda_backward_warps must be 4 or 8, got " + std::to_string(p.cuda_backward_warps));
   }
+  if (p.thresh_k < 1 || p.thresh_k > 64) {
+    throw Error(ErrorCode::kInvalidArgument, "thresh-lowrank needs 1 <= thresh_k <= 64, got " + std::to_string(p.thresh_k));
+  }
   if (p.topk < 1 || p.topk > 64) {
     throw Error(ErrorCode::kInvalidArgument, "top-k projection needs 1 <= k <= 64, got " + std::to_string(p.topk));
   }

@@ -44,9 +44,9 @@ Status check_problem(const Problem& p) {
       return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes rank " + std::to_string(detail::kLowRank) +
                                                ", got " + std::to_string(p.params.lowrank_rank));
     }
-    if (p.params.topk < 1 || p.params.topk > 32) {
-      return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= k <= 32 (threshold 1/k), got " +
-                                               std::to_string(p.params.topk));
+    if (p.params.thresh_k < 1 || p.params.thresh_k > 32) {
+      return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= thresh_k <= 32 (threshold 1/k), got " +
+                                               std::to_string(p.params.thresh_k));
     }
     if (p.params.deterministic) {
       return fail(ErrorCode::kUnsupported, "deterministic mode implements the pweighted projection, not thresh-lowrank");
@@ -225,7 +225,7 @@ Workspace layout(const Problem& p) {
   Workspace w{(rows + 3) / 4 * 4, static_cast<size_t>(p.B * p.H * p.Nq * p.D),
               static_cast<size_t>(p.B * p.H * p.Nk * p.D)};
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
-    w.list = w.row * static_cast<size_t>(std::max(1, p.params.topk));
+    w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
     w.pku = w.row * detail::kLowRank;
     w.part = static_cast<size_t>(p.B * p.H * ((p.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock) * p.D);
     w.gram = static_cast<size_t>(p.B * p.Hkv * p.D * p.D);
@@ -358,8 +358,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     kp.u = kp.gram + w.gram;
     kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
     kp.suffix = kp.pk;
-    kp.list_cap = p.params.topk;
-    kp.thresh = 1.0f / static_cast<float>(p.params.topk);
+    kp.list_cap = p.params.thresh_k;
+    kp.thresh = 1.0f / static_cast<float>(p.params.thresh_k);
   }
   kp.dq = static_cast<__nv_bfloat16*>(dq.data);
   kp.dk = static_cast<__nv_bfloat16*>(dk.data);

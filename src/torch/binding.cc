@@ -84,14 +84,13 @@ at::Tensor adopt(gproj::Tensor<T>&& t) {
   return out;
 }
 
-// projection: GProj's projection by name (default: FlashParams'); thresh-lowrank takes the threshold 1/16.
+// projection: GProj's projection by name (default: FlashParams'; thresh-lowrank with its default threshold 1/16).
 FlashParams params_of(bool causal, std::optional<double> softmax_scale, const std::string& variant,
                       const std::optional<std::string>& projection = std::nullopt) {
   FlashParams p;
   p.variant = gproj::parse_variant(variant);
   if (projection) {
     p.projection = gproj::parse_projection(*projection);
-    if (p.projection == gproj::Projection::kThreshLowRank) p.topk = 16;
   }
   p.causal = causal;
   if (softmax_scale) p.softmax_scale = static_cast<float>(*softmax_scale);

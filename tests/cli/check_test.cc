@@ -101,6 +101,9 @@ TEST(Check, ExitCodesOfTheBinary) {
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants baseline --fail-above dq=0.01 --quiet" + data), 1);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants fast --quiet" + data), 2);
+  EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --projection thresh-lowrank "
+                      "--fail-above dq=0.005 --quiet" + data), 0);
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --projection nope --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --suite stress --cases no-such-case --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --device cuda --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --state " + (dir / "missing.safetensors").string()), 2);

@@ -2,6 +2,7 @@
 // dK column-sum ratio, and every projection candidate selectable by name. Part of cpu_tests (ctest).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/test_support.h"
@@ -55,7 +56,7 @@ TEST(Projection, EffectiveRowsSumToZeroAndDkColumnsCancel) {
     for (size_t i = 0; i < r.bwd.rowsum.values.size(); ++i) {
       const bool topk = p == Projection::kTopK || p == Projection::kTopKRest || p == Projection::kTopKLowRank ||
                         p == Projection::kThreshLowRank;
-      const double roundings = topk ? 2 * FlashParams{}.topk + 4 : 2;
+      const double roundings = topk ? 2 * std::max(FlashParams{}.topk, FlashParams{}.thresh_k) + 4 : 2;
       ASSERT_LE(std::fabs(r.bwd.rowsum_after.values[i]), roundings * 0x1.0p-24 * std::fabs(r.bwd.rowsum.values[i]) + 1e-30)
           << projection_name(p) << " row " << i;
     }
@@ -104,8 +105,7 @@ TEST(Projection, ThreshLowRankTracksFullPWeighting) {
   for (const AttentionState& s : states) {
     const OracleRun oracle = run_oracle(s);
     const VariantRun full = run_variant(s, test::params_for(Variant::kGproj, Projection::kPWeighted), oracle);
-    FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
-    p.topk = 16;
+    const FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);  // thresh_k = 16
     const VariantRun cheap = run_variant(s, p, oracle);
     std::printf("  dQ: pweighted %.4f%%, thresh-lowrank 1/16 %.4f%%; dK: %.4f%%, %.4f%%\n", 100 * full.dq.rel_fro,
                 100 * cheap.dq.rel_fro, 100 * full.dk.rel_fro, 100 * cheap.dk.rel_fro);

@@ -134,7 +134,6 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAndMatchesCpu) {
     const AttentionState s = c.make();
     const OracleRun oracle = run_oracle(s);
     FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
-    p.topk = 16;
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
     std::printf("  %-24s cuda thresh-lowrank dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%)\n", c.name.c_str(),
@@ -185,7 +184,6 @@ TEST(Cuda, OddRowCountKeepsTheWorkspaceAligned) {
   const test::Tolerances tol = test::derive_tolerances(ref, oracle);
   for (Projection proj : {Projection::kPWeighted, Projection::kThreshLowRank}) {
     FlashParams p = test::params_for(Variant::kGproj, proj);
-    p.topk = 16;
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     EXPECT_LE(gpu.dq.rel_fro, tol.dq) << projection_name(proj);
     EXPECT_LE(gpu.dk.rel_fro, tol.dk) << projection_name(proj);

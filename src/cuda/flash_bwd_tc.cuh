@@ -94,6 +94,81 @@ __device__ __forceinline__ void warp_p(const KernelParams& p, float (&s)[8][4], 
   }
 }
 
+// LSE and delta of the thread's rows row_a and row_a + 8 (0 past Nq: those rows are masked).
+struct RowInputs {
+  float L_a, L_b, dl_a, dl_b;
+};
+__device__ __forceinline__ RowInputs load_row_inputs(const KernelParams& p, int64_t bh, int row_a) {
+  const int row_b = row_a + 8;
+  return {row_a < p.Nq ? p.lse[bh * p.Nq + row_a] : 0.0f, row_b < p.Nq ? p.lse[bh * p.Nq + row_b] : 0.0f,
+          row_a < p.Nq ? p.delta[bh * p.Nq + row_a] : 0.0f, row_b < p.Nq ? p.delta[bh * p.Nq + row_b] : 0.0f};
+}
+
+// B4 for a warp's 16 x 64 tile: dS = P (dP - delta), bf16(P) and bf16(dS) stored at rows r, r + 8 and 16-byte
+// chunks chunk0 + n of the [BQ][kTW] tiles sP, sdS. With kStats the stored values' row sums are added to
+// sums = {r_a, r_b, s_a, s_b} (this thread's part). on_p(n, pa, pb) sees each n-tile's bf16(P) of both rows.
+struct NoPHook {
+  __device__ void operator()(int, __nv_bfloat162, __nv_bfloat162) const {}
+};
+template <int kTW, bool kStats, class OnP = NoPHook>
+__device__ __forceinline__ void store_p_ds(const float (&s)[8][4], const float (&dp)[8][4], const RowInputs& in,
+                                           bf16_t* sP, bf16_t* sdS, int r, int chunk0, int tq, float (&sums)[4],
+                                           OnP on_p = OnP()) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float ds0 = s[n][0] * (dp[n][0] - in.dl_a), ds1 = s[n][1] * (dp[n][1] - in.dl_a);
+    const float ds2 = s[n][2] * (dp[n][2] - in.dl_b), ds3 = s[n][3] * (dp[n][3] - in.dl_b);
+    const __nv_bfloat162 pa = __floats2bfloat162_rn(s[n][0], s[n][1]), pb = __floats2bfloat162_rn(s[n][2], s[n][3]);
+    const __nv_bfloat162 da = __floats2bfloat162_rn(ds0, ds1), db = __floats2bfloat162_rn(ds2, ds3);  // B4
+    if (kStats) {  // r_i and s_i: the projection's statistics and the audit's row residual
+      sums[0] += __low2float(da) + __high2float(da);
+      sums[1] += __low2float(db) + __high2float(db);
+      sums[2] += __low2float(pa) + __high2float(pa);
+      sums[3] += __low2float(pb) + __high2float(pb);
+    }
+    on_p(n, pa, pb);
+    const int ca = swz<kTW>(r, chunk0 + n) + 2 * tq, cb = swz<kTW>(r + 8, chunk0 + n) + 2 * tq;
+    *reinterpret_cast<__nv_bfloat162*>(sP + ca) = pa;
+    *reinterpret_cast<__nv_bfloat162*>(sP + cb) = pb;
+    *reinterpret_cast<__nv_bfloat162*>(sdS + ca) = da;
+    *reinterpret_cast<__nv_bfloat162*>(sdS + cb) = db;
+  }
+}
+
+// Sums a quad's partial row statistics and adds them to r_i, s_i of rows row_a and row_a + 8 (FP32 atomics).
+__device__ __forceinline__ void add_row_stats(const KernelParams& p, int64_t bh, int row_a, int tq, float (&sums)[4]) {
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) sums[v] += __shfl_xor_sync(0xffffffffu, sums[v], o);
+  if (tq == 0 && row_a < p.Nq) {
+    atomicAdd(&p.rowsum[bh * p.Nq + row_a], sums[0]);
+    atomicAdd(&p.psum[bh * p.Nq + row_a], sums[2]);
+  }
+  if (tq == 0 && row_a + 8 < p.Nq) {
+    atomicAdd(&p.rowsum[bh * p.Nq + row_a + 8], sums[1]);
+    atomicAdd(&p.psum[bh * p.Nq + row_a + 8], sums[3]);
+  }
+}
+
+// Stores a warp's dK and dV accumulators (16 keys from key0: key0 + g and key0 + g + 8) as FP32 rows.
+template <int D>
+__device__ __forceinline__ void store_dk_dv(const KernelParams& p, int64_t bh, int key0, int g, int tq,
+                                            const float (&dk)[D / 8][4], const float (&dv)[D / 8][4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int j = key0 + g + 8 * half;
+    if (j >= p.Nk) continue;
+    float* dka = p.dk_acc + (bh * p.Nk + j) * D;
+    float* dva = p.dv_acc + (bh * p.Nk + j) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<float2*>(dka + n * 8 + 2 * tq) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
+      *reinterpret_cast<float2*>(dva + n * 8 + 2 * tq) = make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
+    }
+  }
+}
+
 // kStats: also sum r_i and s_i (the projection's statistics; the audit's max |r_i| for the other variants). A
 // compile-time switch: as a runtime flag it cost the baseline 8% of its speed (register allocation).
 // kThresh (thresh-lowrank, docs/gproj-projection.md): entries with bf16(P) >= p.thresh go to their row's list
@@ -150,10 +225,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
     }
     cp_async_commit();
     const int row_a = i0 + r0 + g, row_b = row_a + 8;
-    const float L_a = row_a < p.Nq ? p.lse[bh * p.Nq + row_a] : 0.0f;
-    const float L_b = row_b < p.Nq ? p.lse[bh * p.Nq + row_b] : 0.0f;
-    const float dl_a = row_a < p.Nq ? p.delta[bh * p.Nq + row_a] : 0.0f;
-    const float dl_b = row_b < p.Nq ? p.delta[bh * p.Nq + row_b] : 0.0f;
+    const RowInputs in = load_row_inputs(p, bh, row_a);
     cp_async_wait<1>();
     __syncthreads();
     const bf16_t* qt = sQ + buf * BQ * D;
@@ -166,60 +238,29 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
       for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
     warp_abt<D>(s, qt, sK, r0, lane);
     warp_abt<D>(dp, ot, sV, r0, lane);
-    const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + BK > p.Nk || L_a == neg_inf() ||
+    const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + BK > p.Nk || in.L_a == neg_inf() ||
                            (p.causal && j0 + BK - 1 > last_visible(p, i0 + r0));
-    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, L_a, L_b);
-    float rs_a = 0.0f, rs_b = 0.0f, ps_a = 0.0f, ps_b = 0.0f;
+    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, in.L_a, in.L_b);
+    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // thresh-lowrank: the row's large entries go to its list (rare: at most list_cap per row over all key blocks)
+    const auto append = [&](int n, __nv_bfloat162 pa, __nv_bfloat162 pb) {
+      if (!kThresh) return;
+      const float pv[4] = {__low2float(pa), __high2float(pa), __low2float(pb), __high2float(pb)};
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float ds0 = s[n][0] * (dp[n][0] - dl_a), ds1 = s[n][1] * (dp[n][1] - dl_a);
-      const float ds2 = s[n][2] * (dp[n][2] - dl_b), ds3 = s[n][3] * (dp[n][3] - dl_b);
-      const __nv_bfloat162 pa = __floats2bfloat162_rn(s[n][0], s[n][1]), pb = __floats2bfloat162_rn(s[n][2], s[n][3]);
-      const __nv_bfloat162 da = __floats2bfloat162_rn(ds0, ds1), db = __floats2bfloat162_rn(ds2, ds3);  // B4
-      if (stats) {  // r_i and s_i: the projection's statistics and the audit's row residual
-        rs_a += __low2float(da) + __high2float(da);
-        rs_b += __low2float(db) + __high2float(db);
-        ps_a += __low2float(pa) + __high2float(pa);
-        ps_b += __low2float(pb) + __high2float(pb);
-      }
-      if (kThresh) {  // the row's large entries (rare: at most list_cap per row over all key blocks)
-        const float pv[4] = {__low2float(pa), __high2float(pa), __low2float(pb), __high2float(pb)};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = e < 2 ? row_a : row_b;
-          if (pv[e] >= p.thresh && row < p.Nq) {
-            const int64_t r = bh * p.Nq + row;
-            const int slot = atomicAdd(&p.list_count[r], 1);
-            if (slot < p.list_cap) {
-              p.list_j[r * p.list_cap + slot] = j0 + n * 8 + 2 * tq + (e & 1);
-              p.list_p[r * p.list_cap + slot] = pv[e];
-            }
+      for (int e = 0; e < 4; ++e) {
+        const int row = e < 2 ? row_a : row_b;
+        if (pv[e] >= p.thresh && row < p.Nq) {
+          const int64_t r = bh * p.Nq + row;
+          const int slot = atomicAdd(&p.list_count[r], 1);
+          if (slot < p.list_cap) {
+            p.list_j[r * p.list_cap + slot] = j0 + n * 8 + 2 * tq + (e & 1);
+            p.list_p[r * p.list_cap + slot] = pv[e];
           }
         }
       }
-      const int ca = swz<BK>(r0 + g, n) + 2 * tq, cb = swz<BK>(r0 + g + 8, n) + 2 * tq;
-      *reinterpret_cast<__nv_bfloat162*>(sP + ca) = pa;
-      *reinterpret_cast<__nv_bfloat162*>(sP + cb) = pb;
-      *reinterpret_cast<__nv_bfloat162*>(sdS + ca) = da;
-      *reinterpret_cast<__nv_bfloat162*>(sdS + cb) = db;
-    }
-    if (stats) {
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        rs_a += __shfl_xor_sync(0xffffffffu, rs_a, o);
-        rs_b += __shfl_xor_sync(0xffffffffu, rs_b, o);
-        ps_a += __shfl_xor_sync(0xffffffffu, ps_a, o);
-        ps_b += __shfl_xor_sync(0xffffffffu, ps_b, o);
-      }
-      if (tq == 0 && row_a < p.Nq) {
-        atomicAdd(&p.rowsum[bh * p.Nq + row_a], rs_a);
-        atomicAdd(&p.psum[bh * p.Nq + row_a], ps_a);
-      }
-      if (tq == 0 && row_b < p.Nq) {
-        atomicAdd(&p.rowsum[bh * p.Nq + row_b], rs_b);
-        atomicAdd(&p.psum[bh * p.Nq + row_b], ps_b);
-      }
-    }
+    };
+    store_p_ds<BK, stats>(s, dp, in, sP, sdS, r0 + g, 0, tq, sums, append);
+    if (stats) add_row_stats(p, bh, row_a, tq, sums);
     __syncthreads();
     warp_atb<D>(dv, sP, ot, kw, lane);   // dV += bf16(P)^T dO
     warp_atb<D>(dk, sdS, qt, kw, lane);  // dK += bf16(dS)^T Q
@@ -282,18 +323,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
     __syncthreads();
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int j = j0 + kw + g + 8 * half;
-    if (j >= p.Nk) continue;
-    float* dka = p.dk_acc + (bh * p.Nk + j) * D;
-    float* dva = p.dv_acc + (bh * p.Nk + j) * D;
-#pragma unroll
-    for (int n = 0; n < kNt; ++n) {
-      *reinterpret_cast<float2*>(dka + n * 8 + 2 * tq) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
-      *reinterpret_cast<float2*>(dva + n * 8 + 2 * tq) = make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
-    }
-  }
+  store_dk_dv<D>(p, bh, j0 + kw, g, tq, dk, dv);
 }
 
 // Wide backward (experimental, FlashParams::cuda_backward_warps = 8; baseline and fwdfix, no projection): one CTA
@@ -352,10 +382,7 @@ __global__ void __launch_bounds__(kWideThreads, 1) flash_bwd_tc_wide_kernel(cons
     }
     cp_async_commit();
     const int row_a = i0 + r0 + g, row_b = row_a + 8;
-    const float L_a = row_a < p.Nq ? p.lse[bh * p.Nq + row_a] : 0.0f;
-    const float L_b = row_b < p.Nq ? p.lse[bh * p.Nq + row_b] : 0.0f;
-    const float dl_a = row_a < p.Nq ? p.delta[bh * p.Nq + row_a] : 0.0f;
-    const float dl_b = row_b < p.Nq ? p.delta[bh * p.Nq + row_b] : 0.0f;
+    const RowInputs in = load_row_inputs(p, bh, row_a);
     cp_async_wait<1>();
     __syncthreads();
     const bf16_t* qt = sQ + buf * BQ * D;
@@ -368,46 +395,12 @@ __global__ void __launch_bounds__(kWideThreads, 1) flash_bwd_tc_wide_kernel(cons
       for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
     warp_abt<D>(s, qt, sK + 64 * kh * D, r0, lane);
     warp_abt<D>(dp, ot, sV + 64 * kh * D, r0, lane);
-    const bool need_mask = i0 + r0 + 16 > p.Nq || jw + 64 > p.Nk || L_a == neg_inf() ||
+    const bool need_mask = i0 + r0 + 16 > p.Nq || jw + 64 > p.Nk || in.L_a == neg_inf() ||
                            (p.causal && jw + 63 > last_visible(p, i0 + r0));
-    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, jw, tq, L_a, L_b);
-    float rs_a = 0.0f, rs_b = 0.0f, ps_a = 0.0f, ps_b = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float ds0 = s[n][0] * (dp[n][0] - dl_a), ds1 = s[n][1] * (dp[n][1] - dl_a);
-      const float ds2 = s[n][2] * (dp[n][2] - dl_b), ds3 = s[n][3] * (dp[n][3] - dl_b);
-      const __nv_bfloat162 pa = __floats2bfloat162_rn(s[n][0], s[n][1]), pb = __floats2bfloat162_rn(s[n][2], s[n][3]);
-      const __nv_bfloat162 da = __floats2bfloat162_rn(ds0, ds1), db = __floats2bfloat162_rn(ds2, ds3);  // B4
-      if (kStats) {
-        rs_a += __low2float(da) + __high2float(da);
-        rs_b += __low2float(db) + __high2float(db);
-        ps_a += __low2float(pa) + __high2float(pa);
-        ps_b += __low2float(pb) + __high2float(pb);
-      }
-      const int chunk = 8 * kh + n;  // 16-byte chunk of the 128-key row
-      const int ca = swz<BK>(r0 + g, chunk) + 2 * tq, cb = swz<BK>(r0 + g + 8, chunk) + 2 * tq;
-      *reinterpret_cast<__nv_bfloat162*>(sP + ca) = pa;
-      *reinterpret_cast<__nv_bfloat162*>(sP + cb) = pb;
-      *reinterpret_cast<__nv_bfloat162*>(sdS + ca) = da;
-      *reinterpret_cast<__nv_bfloat162*>(sdS + cb) = db;
-    }
-    if (kStats) {
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        rs_a += __shfl_xor_sync(0xffffffffu, rs_a, o);
-        rs_b += __shfl_xor_sync(0xffffffffu, rs_b, o);
-        ps_a += __shfl_xor_sync(0xffffffffu, ps_a, o);
-        ps_b += __shfl_xor_sync(0xffffffffu, ps_b, o);
-      }
-      if (tq == 0 && row_a < p.Nq) {
-        atomicAdd(&p.rowsum[bh * p.Nq + row_a], rs_a);
-        atomicAdd(&p.psum[bh * p.Nq + row_a], ps_a);
-      }
-      if (tq == 0 && row_b < p.Nq) {
-        atomicAdd(&p.rowsum[bh * p.Nq + row_b], rs_b);
-        atomicAdd(&p.psum[bh * p.Nq + row_b], ps_b);
-      }
-    }
+    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, jw, tq, in.L_a, in.L_b);
+    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    store_p_ds<BK, kStats>(s, dp, in, sP, sdS, r0 + g, 8 * kh, tq, sums);  // chunks of this warp's key half
+    if (kStats) add_row_stats(p, bh, row_a, tq, sums);
     __syncthreads();
     warp_atb<D, BK>(dv, sP, ot, kw, lane);   // dV += bf16(P)^T dO
     warp_atb<D, BK>(dk, sdS, qt, kw, lane);  // dK += bf16(dS)^T Q
@@ -438,18 +431,7 @@ __global__ void __launch_bounds__(kWideThreads, 1) flash_bwd_tc_wide_kernel(cons
     __syncthreads();
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int j = j0 + kw + g + 8 * half;
-    if (j >= p.Nk) continue;
-    float* dka = p.dk_acc + (bh * p.Nk + j) * D;
-    float* dva = p.dv_acc + (bh * p.Nk + j) * D;
-#pragma unroll
-    for (int n = 0; n < kNt; ++n) {
-      *reinterpret_cast<float2*>(dka + n * 8 + 2 * tq) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
-      *reinterpret_cast<float2*>(dva + n * 8 + 2 * tq) = make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
-    }
-  }
+  store_dk_dv<D>(p, bh, j0 + kw, g, tq, dk, dv);
 }
 
 // Deterministic mode: one CTA (4 warps, 16 query rows each) per query block loops over the key blocks in order
@@ -479,10 +461,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_dq_kernel(const K
   }
   cp_async_commit();
   const int r0 = warp * 16, row_a = i0 + r0 + g, row_b = row_a + 8;
-  const float L_a = row_a < p.Nq ? p.lse[bh * p.Nq + row_a] : 0.0f;
-  const float L_b = row_b < p.Nq ? p.lse[bh * p.Nq + row_b] : 0.0f;
-  const float dl_a = row_a < p.Nq ? p.delta[bh * p.Nq + row_a] : 0.0f;
-  const float dl_b = row_b < p.Nq ? p.delta[bh * p.Nq + row_b] : 0.0f;
+  const RowInputs in = load_row_inputs(p, bh, row_a);
   float dq[kNt][4], pk[kNt][4];
 #pragma unroll
   for (int n = 0; n < kNt; ++n)
@@ -508,15 +487,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_dq_kernel(const K
       for (int e = 0; e < 4; ++e) s[n][e] = dpv[n][e] = 0.0f;
     warp_abt<D>(s, sQ, kt, r0, lane);
     warp_abt<D>(dpv, sdO, vt, r0, lane);
-    const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + BK > p.Nk || L_a == neg_inf() ||
+    const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + BK > p.Nk || in.L_a == neg_inf() ||
                            (p.causal && j0 + BK - 1 > last_visible(p, i0 + r0));
-    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, L_a, L_b);
+    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, in.L_a, in.L_b);
     uint32_t dsf[4][4], pf[4][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const __nv_bfloat162 pa = __floats2bfloat162_rn(s[n][0], s[n][1]), pb = __floats2bfloat162_rn(s[n][2], s[n][3]);
-      const __nv_bfloat162 da = __floats2bfloat162_rn(s[n][0] * (dpv[n][0] - dl_a), s[n][1] * (dpv[n][1] - dl_a));
-      const __nv_bfloat162 db = __floats2bfloat162_rn(s[n][2] * (dpv[n][2] - dl_b), s[n][3] * (dpv[n][3] - dl_b));
+      const __nv_bfloat162 da = __floats2bfloat162_rn(s[n][0] * (dpv[n][0] - in.dl_a), s[n][1] * (dpv[n][1] - in.dl_a));
+      const __nv_bfloat162 db = __floats2bfloat162_rn(s[n][2] * (dpv[n][2] - in.dl_b), s[n][3] * (dpv[n][3] - in.dl_b));
       rs_a += __low2float(da) + __high2float(da);
       rs_b += __low2float(db) + __high2float(db);
       ps_a += __low2float(pa) + __high2float(pa);

@@ -17,6 +17,74 @@ constexpr size_t fwd_tc_smem_bytes() {
   return sizeof(bf16_t) * (16 * kWarps * D + 4 * kTcBlockK * D);
 }
 
+// One key block of the online softmax for a warp's 16 rows (rows g and g + 8 of each thread), shared by the
+// mma.sync and wgmma forwards: s holds the 16 x 64 dot products in the m16n8 C layout, s[4 n + e] at row
+// g + 8 (e / 2), column 8 n + 2 t + e % 2. Masks (only when the block crosses a row's limit or the end of the
+// keys), takes the row max on the unscaled dot products (rounding is monotone, so scale * max(dot) is the max of
+// S = scale * dot exactly), applies fwdfix's tie rule, updates m and l (the FP32 P), and returns bf16(P) as the
+// A fragments of the PV product (F4) and the factors the caller rescales its O accumulators by.
+template <bool kTieFix>
+__device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[32], bool need_mask, int j0, int tq,
+                                              int lim_a, int lim_b, float& m_a, float& m_b, float& l_a, float& l_b,
+                                              float& alpha_a, float& alpha_b, uint32_t (&pf)[4][4]) {
+  float rm_a = neg_inf(), rm_b = neg_inf();
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    if (need_mask) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j0 + n * 8 + 2 * tq + (e & 1);
+        if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
+      }
+    }
+    rm_a = fmaxf(rm_a, fmaxf(s[4 * n], s[4 * n + 1]));
+    rm_b = fmaxf(rm_b, fmaxf(s[4 * n + 2], s[4 * n + 3]));
+  }
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    rm_a = fmaxf(rm_a, __shfl_xor_sync(0xffffffffu, rm_a, o));
+    rm_b = fmaxf(rm_b, __shfl_xor_sync(0xffffffffu, rm_b, o));
+  }
+  rm_a *= p.scale;
+  rm_b *= p.scale;
+  float cand_a = rm_a, cand_b = rm_b;
+  if (kTieFix) {  // fwdfix: a tie at this block's max lifts the candidate to beta*max (or 0 when negative)
+    int ta = 0, tb = 0;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      ta += (s[4 * n] * p.scale >= rm_a - p.tie_tol) + (s[4 * n + 1] * p.scale >= rm_a - p.tie_tol);
+      tb += (s[4 * n + 2] * p.scale >= rm_b - p.tie_tol) + (s[4 * n + 3] * p.scale >= rm_b - p.tie_tol);
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      ta += __shfl_xor_sync(0xffffffffu, ta, o);
+      tb += __shfl_xor_sync(0xffffffffu, tb, o);
+    }
+    if (rm_a != neg_inf() && ta > 1) cand_a = tied_candidate(rm_a, p.beta, p.max_shift);
+    if (rm_b != neg_inf() && tb > 1) cand_b = tied_candidate(rm_b, p.beta, p.max_shift);
+  }
+  const float mn_a = fmaxf(m_a, cand_a), mn_b = fmaxf(m_b, cand_b);
+  const float mu_a = mn_a == neg_inf() ? 0.0f : mn_a, mu_b = mn_b == neg_inf() ? 0.0f : mn_b;
+  alpha_a = fast_exp2((m_a - mu_a) * kLog2e);
+  alpha_b = fast_exp2((m_b - mu_b) * kLog2e);
+  m_a = mn_a;
+  m_b = mn_b;
+  // exp(S - m) as exp2(dot * scale log2e - m log2e): one FFMA and one MUFU per element.
+  const float sl2 = p.scale * kLog2e, ml_a = mu_a * kLog2e, ml_b = mu_b * kLog2e;
+  float ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float e0 = fast_exp2(fmaf(s[4 * n], sl2, -ml_a)), e1 = fast_exp2(fmaf(s[4 * n + 1], sl2, -ml_a));
+    const float e2 = fast_exp2(fmaf(s[4 * n + 2], sl2, -ml_b)), e3 = fast_exp2(fmaf(s[4 * n + 3], sl2, -ml_b));
+    ps_a += e0 + e1;
+    ps_b += e2 + e3;
+    pf[n >> 1][(n & 1) * 2] = pack_bf16(e0, e1);
+    pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(e2, e3);
+  }
+  l_a = l_a * alpha_a + ps_a;
+  l_b = l_b * alpha_b + ps_b;
+}
+
 template <int D, int kWarps, bool kTieFix>
 // D = 64 is held to 128 registers so two CTAs fit on an SM (at 131 the fwdfix kernel ran at one: -40%).
 __global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_kernel(const KernelParams p) {
@@ -81,66 +149,11 @@ __global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_ker
         mma16816(s[2 * np + 1], qf[kc], kb[2], kb[3]);
       }
     }
-    // Mask (only blocks that cross a row's limit or the end of the keys) and row max, on the unscaled dot
-    // products: rounding is monotone, so scale * max(dot) is the max of S = scale * dot exactly.
-    const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
-    float rm_a = neg_inf(), rm_b = neg_inf();
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      if (need_mask) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j0 + n * 8 + 2 * tq + (e & 1);
-          if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[n][e] = neg_inf();
-        }
-      }
-      rm_a = fmaxf(rm_a, fmaxf(s[n][0], s[n][1]));
-      rm_b = fmaxf(rm_b, fmaxf(s[n][2], s[n][3]));
-    }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      rm_a = fmaxf(rm_a, __shfl_xor_sync(0xffffffffu, rm_a, o));
-      rm_b = fmaxf(rm_b, __shfl_xor_sync(0xffffffffu, rm_b, o));
-    }
-    rm_a *= p.scale;
-    rm_b *= p.scale;
-    float cand_a = rm_a, cand_b = rm_b;
-    if (kTieFix) {  // fwdfix: a tie at this block's max lifts the candidate to beta*max (or 0 when negative)
-      int ta = 0, tb = 0;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        ta += (s[n][0] * p.scale >= rm_a - p.tie_tol) + (s[n][1] * p.scale >= rm_a - p.tie_tol);
-        tb += (s[n][2] * p.scale >= rm_b - p.tie_tol) + (s[n][3] * p.scale >= rm_b - p.tie_tol);
-      }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        ta += __shfl_xor_sync(0xffffffffu, ta, o);
-        tb += __shfl_xor_sync(0xffffffffu, tb, o);
-      }
-      if (rm_a != neg_inf() && ta > 1) cand_a = tied_candidate(rm_a, p.beta, p.max_shift);
-      if (rm_b != neg_inf() && tb > 1) cand_b = tied_candidate(rm_b, p.beta, p.max_shift);
-    }
-    const float mn_a = fmaxf(m_a, cand_a), mn_b = fmaxf(m_b, cand_b);
-    const float mu_a = mn_a == neg_inf() ? 0.0f : mn_a, mu_b = mn_b == neg_inf() ? 0.0f : mn_b;
-    const float alpha_a = fast_exp2((m_a - mu_a) * kLog2e), alpha_b = fast_exp2((m_b - mu_b) * kLog2e);
-    m_a = mn_a;
-    m_b = mn_b;
-    // exp(S - m) as exp2(dot * scale log2e - m log2e): one FFMA and one MUFU per element.
-    const float sl2 = p.scale * kLog2e, ml_a = mu_a * kLog2e, ml_b = mu_b * kLog2e;
-    // P (FP32) into the row sums; bf16(P) (F4) into the A fragments of the PV product.
+    float alpha_a, alpha_b;
     uint32_t pf[4][4];
-    float ps_a = 0.0f, ps_b = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float e0 = fast_exp2(fmaf(s[n][0], sl2, -ml_a)), e1 = fast_exp2(fmaf(s[n][1], sl2, -ml_a));
-      const float e2 = fast_exp2(fmaf(s[n][2], sl2, -ml_b)), e3 = fast_exp2(fmaf(s[n][3], sl2, -ml_b));
-      ps_a += e0 + e1;
-      ps_b += e2 + e3;
-      pf[n >> 1][(n & 1) * 2] = pack_bf16(e0, e1);
-      pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(e2, e3);
-    }
-    l_a = l_a * alpha_a + ps_a;
-    l_b = l_b * alpha_b + ps_b;
+    const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
+    softmax_block<kTieFix>(p, reinterpret_cast<float(&)[32]>(s), need_mask, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b,
+                           alpha_a, alpha_b, pf);
 #pragma unroll
     for (int n = 0; n < kNt; ++n) {
       acc[n][0] *= alpha_a;

@@ -6,6 +6,7 @@
 // after this one. Needs sm_90a; exercised by tests/cuda/flash_cuda_test.cc (WgmmaForward*).
 #pragma once
 
+#include "cuda/flash_fwd_tc.cuh"  // softmax_block
 #include "cuda/kernel_common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/wgmma.cuh"
@@ -98,63 +99,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
     wg_commit();
     wg_wait0();
 
-    // Mask, row max (on the unscaled dot products), fwdfix, online softmax: as flash_fwd_tc_kernel.
-    const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
-    float rm_a = neg_inf(), rm_b = neg_inf();
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      if (need_mask) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j0 + n * 8 + 2 * tq + (e & 1);
-          if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
-        }
-      }
-      rm_a = fmaxf(rm_a, fmaxf(s[4 * n], s[4 * n + 1]));
-      rm_b = fmaxf(rm_b, fmaxf(s[4 * n + 2], s[4 * n + 3]));
-    }
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      rm_a = fmaxf(rm_a, __shfl_xor_sync(0xffffffffu, rm_a, off));
-      rm_b = fmaxf(rm_b, __shfl_xor_sync(0xffffffffu, rm_b, off));
-    }
-    rm_a *= p.scale;
-    rm_b *= p.scale;
-    float cand_a = rm_a, cand_b = rm_b;
-    if (kTieFix) {
-      int ta = 0, tb = 0;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        ta += (s[4 * n] * p.scale >= rm_a - p.tie_tol) + (s[4 * n + 1] * p.scale >= rm_a - p.tie_tol);
-        tb += (s[4 * n + 2] * p.scale >= rm_b - p.tie_tol) + (s[4 * n + 3] * p.scale >= rm_b - p.tie_tol);
-      }
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        ta += __shfl_xor_sync(0xffffffffu, ta, off);
-        tb += __shfl_xor_sync(0xffffffffu, tb, off);
-      }
-      if (rm_a != neg_inf() && ta > 1) cand_a = tied_candidate(rm_a, p.beta, p.max_shift);
-      if (rm_b != neg_inf() && tb > 1) cand_b = tied_candidate(rm_b, p.beta, p.max_shift);
-    }
-    const float mn_a = fmaxf(m_a, cand_a), mn_b = fmaxf(m_b, cand_b);
-    const float mu_a = mn_a == neg_inf() ? 0.0f : mn_a, mu_b = mn_b == neg_inf() ? 0.0f : mn_b;
-    const float alpha_a = fast_exp2((m_a - mu_a) * kLog2e), alpha_b = fast_exp2((m_b - mu_b) * kLog2e);
-    m_a = mn_a;
-    m_b = mn_b;
-    const float sl2 = p.scale * kLog2e, ml_a = mu_a * kLog2e, ml_b = mu_b * kLog2e;
+    // Mask, row max, fwdfix, online softmax: the same step as flash_fwd_tc_kernel.
+    float alpha_a, alpha_b;
     uint32_t pf[4][4];
-    float ps_a = 0.0f, ps_b = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float e0 = fast_exp2(fmaf(s[4 * n], sl2, -ml_a)), e1 = fast_exp2(fmaf(s[4 * n + 1], sl2, -ml_a));
-      const float e2 = fast_exp2(fmaf(s[4 * n + 2], sl2, -ml_b)), e3 = fast_exp2(fmaf(s[4 * n + 3], sl2, -ml_b));
-      ps_a += e0 + e1;
-      ps_b += e2 + e3;
-      pf[n >> 1][(n & 1) * 2] = pack_bf16(e0, e1);      // F4: bf16(P) as the A fragment of O += P V
-      pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(e2, e3);
-    }
-    l_a = l_a * alpha_a + ps_a;
-    l_b = l_b * alpha_b + ps_b;
+    const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
+    softmax_block<kTieFix>(p, s, need_mask, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll

@@ -28,6 +28,30 @@ void expect_close_to_cpu(const ErrorStats& gpu_vs_cpu, const TensorView<const do
   EXPECT_LE(gpu_vs_cpu.rel_fro, bf16_rounding_error(ref) / 3 + 1e-7) << what << ": " << describe(gpu_vs_cpu);
 }
 
+// A GPU run against the float64 oracle (tolerances derived from `ref`, the CUDA fp32 variant on the same state)
+// and against `cpu`, the CPU emulator's run of the same variant: the forward's O, the backward's dQ, dK, dV, or
+// both (`parts`).
+enum Parts { kForward = 1, kBackward = 2 };
+void expect_matches_oracle_and_cpu(const VariantRun& gpu, const VariantRun& cpu, const VariantRun& ref,
+                                   const OracleRun& oracle, int parts, const std::string& what) {
+  if (parts & kForward) {
+    EXPECT_LE(gpu.o.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << what;
+    const Tensor<double> cpu_o = to_double(cpu.fwd.o.view());
+    expect_close_to_cpu(compare(gpu.fwd.o.view(), cpu_o.view()), oracle.fwd.o.view(), (what + " O vs CPU").c_str());
+  }
+  if (parts & kBackward) {
+    const test::Tolerances tol = test::derive_tolerances(ref, oracle);
+    EXPECT_LE(gpu.dq.rel_fro, tol.dq) << what;
+    EXPECT_LE(gpu.dk.rel_fro, tol.dk) << what;
+    EXPECT_LE(gpu.dv.rel_fro, tol.dv) << what;
+    const Tensor<double> cpu_dq = to_double(cpu.bwd.dq.view()), cpu_dk = to_double(cpu.bwd.dk.view()),
+                         cpu_dv = to_double(cpu.bwd.dv.view());
+    expect_close_to_cpu(compare(gpu.bwd.dq.view(), cpu_dq.view()), oracle.bwd.dq.view(), (what + " dQ vs CPU").c_str());
+    expect_close_to_cpu(compare(gpu.bwd.dk.view(), cpu_dk.view()), oracle.bwd.dk.view(), (what + " dK vs CPU").c_str());
+    expect_close_to_cpu(compare(gpu.bwd.dv.view(), cpu_dv.view()), oracle.bwd.dv.view(), (what + " dV vs CPU").c_str());
+  }
+}
+
 class CudaSweep : public ::testing::TestWithParam<test::Case> {};
 
 TEST_P(CudaSweep, EveryVariantMatchesOracleAndCpu) {
@@ -38,21 +62,11 @@ TEST_P(CudaSweep, EveryVariantMatchesOracleAndCpu) {
   const AttentionState s = test::state_for(c, 3000 + c.Nq * 3 + c.Nk);
   const OracleRun oracle = run_oracle(s);
   const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
-  const test::Tolerances tol = test::derive_tolerances(ref, oracle);
   for (Variant v : all_variants()) {
     const VariantRun gpu = run_variant(s, test::params_for(v), oracle, Device::kCuda);
     const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
     test::print_evidence(std::string("cuda ") + variant_name(v), gpu);
-    EXPECT_LE(gpu.o.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << variant_name(v);
-    EXPECT_LE(gpu.dq.rel_fro, tol.dq) << variant_name(v);
-    EXPECT_LE(gpu.dk.rel_fro, tol.dk) << variant_name(v);
-    EXPECT_LE(gpu.dv.rel_fro, tol.dv) << variant_name(v);
-    const Tensor<double> cpu_o = to_double(cpu.fwd.o.view()), cpu_dq = to_double(cpu.bwd.dq.view()),
-                         cpu_dk = to_double(cpu.bwd.dk.view()), cpu_dv = to_double(cpu.bwd.dv.view());
-    expect_close_to_cpu(compare(gpu.fwd.o.view(), cpu_o.view()), oracle.fwd.o.view(), "O vs CPU");
-    expect_close_to_cpu(compare(gpu.bwd.dq.view(), cpu_dq.view()), oracle.bwd.dq.view(), "dQ vs CPU");
-    expect_close_to_cpu(compare(gpu.bwd.dk.view(), cpu_dk.view()), oracle.bwd.dk.view(), "dK vs CPU");
-    expect_close_to_cpu(compare(gpu.bwd.dv.view(), cpu_dv.view()), oracle.bwd.dv.view(), "dV vs CPU");
+    expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kForward | kBackward, variant_name(v));
   }
 }
 
@@ -65,20 +79,12 @@ TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
   const AttentionState s = test::state_for(c, 5000 + c.Nq * 3 + c.Nk);
   const OracleRun oracle = run_oracle(s);
   const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
-  const test::Tolerances tol = test::derive_tolerances(ref, oracle);
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
     FlashParams p = test::params_for(v);
     p.cuda_backward_warps = 8;
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
-    EXPECT_LE(gpu.dq.rel_fro, tol.dq) << variant_name(v);
-    EXPECT_LE(gpu.dk.rel_fro, tol.dk) << variant_name(v);
-    EXPECT_LE(gpu.dv.rel_fro, tol.dv) << variant_name(v);
-    const Tensor<double> cpu_dq = to_double(cpu.bwd.dq.view()), cpu_dk = to_double(cpu.bwd.dk.view()),
-                         cpu_dv = to_double(cpu.bwd.dv.view());
-    expect_close_to_cpu(compare(gpu.bwd.dq.view(), cpu_dq.view()), oracle.bwd.dq.view(), "wide dQ vs CPU");
-    expect_close_to_cpu(compare(gpu.bwd.dk.view(), cpu_dk.view()), oracle.bwd.dk.view(), "wide dK vs CPU");
-    expect_close_to_cpu(compare(gpu.bwd.dv.view(), cpu_dv.view()), oracle.bwd.dv.view(), "wide dV vs CPU");
+    expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, std::string("wide ") + variant_name(v));
   }
 }
 
@@ -97,9 +103,7 @@ TEST_P(CudaSweep, WgmmaForwardMatchesOracleAndCpu) {
     p.cuda_wgmma_forward = true;
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
-    EXPECT_LE(gpu.o.rel_fro, test::derived(ref.o, oracle.fwd.o.view())) << variant_name(v);
-    const Tensor<double> cpu_o = to_double(cpu.fwd.o.view());
-    expect_close_to_cpu(compare(gpu.fwd.o.view(), cpu_o.view()), oracle.fwd.o.view(), "wgmma O vs CPU");
+    expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kForward, std::string("wgmma ") + variant_name(v));
     EXPECT_LE(gpu.lse.rel_fro, 2 * ref.lse.rel_fro + 1e-6) << variant_name(v);
   }
 }

@@ -65,12 +65,12 @@ def main(argv=None):
     ap.add_argument("runs", nargs="+", help="run folders of examples/train_gpt.py")
     ap.add_argument("--out", default=None, help="write the Markdown table here (atomically) as well")
     args = ap.parse_args(argv)
-    rows = []
+    rows, broken = [], []
     for run in args.runs:
         try:
             rows.append(summarize(run))
         except (OSError, KeyError, json.JSONDecodeError) as e:
-            sys.exit(f"summarize_runs: {run} is not a complete run folder: {e}")
+            broken.append(f"{run} is not a complete run folder: {e}")
     table = markdown(rows)
     sys.stdout.write(table)
     if args.out:
@@ -78,6 +78,8 @@ def main(argv=None):
         with open(tmp, "w") as f:
             f.write(table)
         os.replace(tmp, args.out)
+    if broken:  # the complete runs are in the table; the others are named, and the exit status says so
+        sys.exit("summarize_runs: " + "; ".join(broken))
 
 
 if __name__ == "__main__":

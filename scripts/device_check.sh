@@ -10,25 +10,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"
 mkdir -p "$out"
-deps=/tmp/gproj-deps
 summary=()
 note() { summary+=("$1"); echo "== $1" | tee -a "$out/summary.txt"; }
 # One OpenMP team per process: oversubscribed spinning teams made the CPU tests crawl here (first run).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" OMP_WAIT_POLICY=passive
 
-if [ -d .deps/debs ]; then
-  mkdir -p "$deps"
-  for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
-fi
-export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
+source scripts/device_env.sh  # deps, LD_LIBRARY_PATH, GPROJ_COMMIT, prebuilt
 { echo "gproj commit: $GPROJ_COMMIT"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1; } | tee "$out/env.txt"
 
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 # Binaries built here by scripts/device_prebuild.sh for this very commit, or a build on this machine.
-prebuilt=""
-if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then prebuilt=1; fi
 if [ -n "$prebuilt" ]; then
   cuda_tests_bin=.prebuilt/bin/cuda_tests gproj_bin=.prebuilt/bin/gproj bench_bin=.prebuilt/bin/cuda_attention_bench
   probe_bin=.prebuilt/bin/wgmma_probe
@@ -40,8 +31,6 @@ else
   cuda_tests_bin=build/device/tests/cuda_tests gproj_bin=build/device/gproj bench_bin=build/device/bench/cuda_attention_bench
   probe_bin=build/device/bench/wgmma_probe
   # The PyTorch extension with the CUDA kernels builds in the background while CMake builds the C++ targets.
-  export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
-  export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
   ( t=$(date +%s); GPROJ_CUDA=1 MAX_JOBS=8 python3 setup.py build_ext --inplace >"$out/python_build.log" 2>&1;
     echo "rc=$? in $(( $(date +%s) - t )) s" >"$out/python_build.rc" ) &
   py_build=$!

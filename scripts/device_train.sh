@@ -17,21 +17,13 @@ plan=${1:?usage: device_train.sh PLAN}
 [[ -f $plan ]] || { echo "device_train: no plan file $plan" >&2; exit 2; }
 out="${OUT:-/tmp/gproj-out}"
 mkdir -p "$out/runs" "$out/logs"
-deps=/tmp/gproj-deps
 export PYTHONUNBUFFERED=1 PYTHONPATH=python NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-if [ -d .deps/debs ]; then
-  mkdir -p "$deps"
-  for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
-fi
-export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
-export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
-export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
+source scripts/device_env.sh  # deps, LD_LIBRARY_PATH, GPROJ_COMMIT, prebuilt
 { echo "gproj commit: $GPROJ_COMMIT"; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; } | tee "$out/logs/env.txt"
 
 t0=$(date +%s)
-if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then  # scripts/device_prebuild.sh
+if [ -n "$prebuilt" ]; then  # scripts/device_prebuild.sh
   cp .prebuilt/_C.cpython-312-x86_64-linux-gnu.so python/gproj/
   echo "== extension prebuilt for $GPROJ_COMMIT"
 else
@@ -71,22 +63,6 @@ done <"$plan"
 wait_jobs
 
 echo "== runs"
-for run in "$out"/runs/*; do
-  name=$(basename "$run")
-  python3 - "$run" <<'EOF'
-import json, os, sys
-run = sys.argv[1]
-try:
-    s = json.load(open(os.path.join(run, "summary.json")))
-except OSError:
-    print(f"{os.path.basename(run):<28} no summary (see logs/{os.path.basename(run)}.log)")
-    sys.exit()
-rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
-tps = sorted(r["tokens_per_s"] for r in rows[10:]) or [0]
-print(f"{os.path.basename(run):<28} steps {s['steps_done']:>6}  loss {s.get('final_loss', float('nan')):.4f}  "
-      f"diverged_at {s['diverged_at']}  median {tps[len(tps) // 2]:,.0f} tok/s  wall {s.get('wall_s', 0):.0f} s"
-      f"  {s.get('stopped', '')}")
-EOF
-done
+python3 examples/summarize_runs.py "$out"/runs/* || true  # a run that died early has no summary: its log says why
 ( cd "$out" && tar czf runs.tgz runs logs && rm -rf runs logs )
 ls -la "$out"

@@ -252,5 +252,6 @@ def test_summarize_runs_reports_divergence_loss_and_worst_dq(tmp_path, capsys):
     summarize_runs.main([str(run), "--out", str(tmp_path / "t.md")])
     assert "| s | gproj-baseline | 0 | none through 4 |" in capsys.readouterr().out
     assert (tmp_path / "t.md").read_text().startswith("| run | variant |")
-    with pytest.raises(SystemExit, match="not a complete run folder"):
-        summarize_runs.main([str(tmp_path / "missing")])
+    with pytest.raises(SystemExit, match="missing is not a complete run folder"):
+        summarize_runs.main([str(run), str(tmp_path / "missing")])
+    assert "| s | gproj-baseline |" in capsys.readouterr().out  # the complete run is still in the table

@@ -1,0 +1,16 @@
+# Sourced by scripts/device_check.sh and scripts/device_train.sh on the GPU machine: unpacks the carried Debian
+# packages (.deps, from scripts/device_deps.sh) into $deps and puts them on the library path, names their
+# OpenBLAS for setup.py, sets GPROJ_COMMIT (the command line's, else .gproj_commit), and sets `prebuilt` to 1
+# when .prebuilt (scripts/device_prebuild.sh) was built for that commit.
+deps=/tmp/gproj-deps
+if [ -d .deps/debs ]; then
+  mkdir -p "$deps"
+  for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+fi
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
+export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
+export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
+prebuilt=""
+if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then prebuilt=1; fi

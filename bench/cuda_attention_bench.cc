@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "gproj/cuda/attention_cuda.h"
@@ -64,8 +65,28 @@ float median_ms(F f, int reps) {
 
 }  // namespace
 
-int main() {
+// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R]. The filters let a profiler
+// (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table runs.
+int main(int argc, char** argv) {
   using namespace gproj;
+  std::string only, shape_filter;
+  int reps = 3;
+  for (int a = 1; a < argc; ++a) {
+    const std::string arg = argv[a];
+    if ((arg == "--only" || arg == "--shape" || arg == "--reps") && a + 1 < argc) {
+      const std::string val = argv[++a];
+      if (arg == "--only") only = val;
+      else if (arg == "--shape") shape_filter = val;
+      else reps = std::atoi(val.c_str());
+    } else {
+      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "--reps must be at least 1\n");
+    return 2;
+  }
   std::printf("%-10s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
               "bwd TF/s");
   struct Shape {
@@ -73,6 +94,8 @@ int main() {
     bool causal;
   };
   for (const Shape& shape : {Shape{128, 4096, false}, Shape{128, 4096, true}, Shape{64, 1024, false}}) {
+    const std::string tag = std::to_string(shape.D) + ":" + std::to_string(shape.N) + ":" + (shape.causal ? "1" : "0");
+    if (!shape_filter.empty() && shape_filter != tag) continue;
     {
       {
         const int64_t D = shape.D, N = shape.N;
@@ -98,6 +121,7 @@ int main() {
                                   Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, true},
                                   Config{"gproj", Variant::kGproj, Projection::kPWeighted, 4, false},
                                   Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4, false}}) {
+          if (!only.empty() && only != cfg.label) continue;
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;
@@ -127,7 +151,7 @@ int main() {
                                                   nullptr);
             if (!s.ok) std::fprintf(stderr, "backward: %s\n", s.message.c_str()), std::exit(2);
           };
-          const float f = median_ms(fwd, 3), b = median_ms(bwd, 3);
+          const float f = median_ms(fwd, reps), b = median_ms(bwd, reps);
           const double flops = 4.0 * B * H * N * N * D / (causal ? 2 : 1);
           std::printf("%-10s %5lld %4lld %6s %9.2f %9.2f %9.1f %9.1f\n", cfg.label, static_cast<long long>(N),
                       static_cast<long long>(D), causal ? "yes" : "no", f, b, flops / f / 1e9, 2.5 * flops / b / 1e9);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Kernel-level profile on the GPU machine: per-kernel durations (ncu, gpu__time_duration) of one backward of
+# each projection configuration, a fuller ncu report (speed of light, occupancy, warp stalls) of the main
+# forward and backward kernels, and the CUDA outputs of thresh-lowrank on a few stress cases (for a comparison
+# with the CPU emulator on this machine). Needs .prebuilt for the commit (scripts/device_prebuild.sh).
+# Device tool: `GPROJ_COMMIT=<commit> bash scripts/device_profile.sh`, carry [".deps", ".gproj_commit", ".prebuilt"].
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/gproj-out}"
+mkdir -p "$out/profile"
+source scripts/device_env.sh
+[ -n "$prebuilt" ] || { echo "device_profile: .prebuilt is not for $GPROJ_COMMIT; run scripts/device_prebuild.sh" >&2; exit 1; }
+bench=.prebuilt/bin/cuda_attention_bench gproj_bin=.prebuilt/bin/gproj
+shape="${PROFILE_SHAPE:-128:4096:0}"
+echo "gproj commit: $GPROJ_COMMIT; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$out/profile/env.txt"
+
+# Per-kernel time of each configuration (--reps 1: one warm-up and one timed call of forward and backward).
+for label in ${PROFILE_LABELS:-baseline gproj gproj-th16}; do
+  timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base "$bench" --only "$label" --shape "$shape" \
+    --reps 1 >"$out/profile/times_$label.csv" 2>"$out/profile/times_$label.err"
+  echo "== $label ($shape): rc=$?"
+  # kernel name, duration (ns) of the last call of each kernel (the timed backward)
+  python3 - "$out/profile/times_$label.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: print("  (no ncu rows)"); sys.exit()
+head, body = rows[0], rows[1:]
+kn, mv = head.index("Kernel Name"), head.index("Metric Value")
+calls = [(r[kn].split("(")[0].split("<")[0][-40:], r[kn], float(r[mv]) / 1e3) for r in body]
+half = len(calls) // 2  # warm-up and timed calls: print the second half
+tot = collections.OrderedDict()
+for short, full, us in calls[half:]:
+    key = full[:90]
+    tot[key] = tot.get(key, 0.0) + us
+for k, us in tot.items(): print(f"  {us:9.1f} us  {k}")
+print(f"  {sum(tot.values()):9.1f} us  total (second half of the calls)")
+PY
+done
+
+# Fuller reports of the main kernels (one launch each).
+for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg flash_fwd_tc_kernel:baseline \
+          flash_bwd_tc_kernel:baseline; do
+  k=${kl%%:*} label=${kl##*:}
+  timeout 120 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis "$bench" --only "$label" --shape "$shape" --reps 1 >"$out/profile/ncu_$k.txt" 2>&1
+  echo "== ncu $k ($label): rc=$?"
+done
+
+# thresh-lowrank CUDA outputs on the stress cases where the CUDA/CPU comparison was outside a third of a rounding.
+"$gproj_bin" stress --write /tmp/stress >/dev/null
+for c in shared-queries sink-ties-large ties-negative; do
+  "$gproj_bin" run --state "/tmp/stress/$c.safetensors" --device cuda --projection thresh-lowrank \
+    --out "$out/profile/thresh_cuda_$c.safetensors" >/dev/null 2>&1
+  echo "== thresh-lowrank cuda outputs $c: rc=$?"
+done
+( cd "$out" && tar czf profile.tgz profile && rm -rf profile )

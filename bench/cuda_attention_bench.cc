@@ -116,12 +116,14 @@ int main(int argc, char** argv) {
           Projection projection;
           int backward_warps;
           bool wgmma_forward;
+          bool row_stats = false;  // the audit's r_i, s_i (the main kernel's kStats form): only with --only
         };
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4, false},
                                   Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, true},
                                   Config{"gproj", Variant::kGproj, Projection::kPWeighted, 4, false},
-                                  Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4, false}}) {
-          if (!only.empty() && only != cfg.label) continue;
+                                  Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4, false},
+                                  Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true}}) {
+          if (only.empty() ? cfg.row_stats : only != cfg.label) continue;
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
           p.params.projection = cfg.projection;
           p.params.cuda_backward_warps = cfg.backward_warps;
           p.params.cuda_wgmma_forward = cfg.wgmma_forward;
+          p.row_stats = cfg.row_stats;
           p.params.causal = causal;
           void* ws;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));

@@ -8,6 +8,7 @@
 namespace gproj::cuda::detail {
 
 // B1: delta_i = sum_d dO_id O_id in FP32 (sequential over d, like the CPU), from the BF16 O or the FP32 O.
+// One thread per row: the reference form (the fp32 variant's FP32 O, rows not 16-byte aligned).
 __global__ void bwd_preprocess_kernel(const KernelParams p) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // over (B, H, Nq)
   if (idx >= static_cast<int64_t>(p.B) * p.H * p.Nq) return;
@@ -20,6 +21,45 @@ __global__ void bwd_preprocess_kernel(const KernelParams p) {
     acc = __fadd_rn(acc, __fmul_rn(load_bf16(p.dout, b, i, h, d), o));
   }
   p.delta[idx] = acc;
+}
+
+// The same delta from BF16 O and dO with 16-byte aligned rows: a CTA stages 64 rows of each in shared memory
+// with 16-byte loads (coalesced; the one-thread-per-row loads above read 2 bytes from a different row per lane),
+// then one thread per row sums them in the same order. Rows are padded to an odd word count (no bank conflicts).
+constexpr int kPreRows = 64, kPreThreads = 256;
+template <int D>
+__global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
+  constexpr int kWords = D / 2 + 1, kChunks = D / 8;
+  __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];
+  const int64_t total = static_cast<int64_t>(p.B) * p.H * p.Nq, first = static_cast<int64_t>(blockIdx.x) * kPreRows;
+  for (int x = threadIdx.x; x < kPreRows * kChunks; x += kPreThreads) {
+    const int r = x / kChunks, c = x % kChunks;
+    const int64_t idx = first + r;
+    if (idx >= total) continue;
+    const int i = static_cast<int>(idx % p.Nq), h = static_cast<int>((idx / p.Nq) % p.H);
+    const int b = static_cast<int>(idx / (static_cast<int64_t>(p.Nq) * p.H));
+    const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.s0 + static_cast<int64_t>(i) * p.o.s1 + h * p.o.s2;
+    const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + b * p.dout.s0 +
+                    static_cast<int64_t>(i) * p.dout.s1 + h * p.dout.s2;
+    const uint4 vo = reinterpret_cast<const uint4*>(o)[c], vd = reinterpret_cast<const uint4*>(d)[c];
+    uint32_t* to = so + r * kWords + c * 4;
+    uint32_t* td = sd + r * kWords + c * 4;
+    to[0] = vo.x, to[1] = vo.y, to[2] = vo.z, to[3] = vo.w;
+    td[0] = vd.x, td[1] = vd.y, td[2] = vd.z, td[3] = vd.w;
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r >= kPreRows || first + r >= total) return;
+  float acc = 0.0f;
+#pragma unroll 8
+  for (int w = 0; w < D / 2; ++w) {
+    const uint32_t wo = so[r * kWords + w], wd = sd[r * kWords + w];
+    const float o0 = __uint_as_float(wo << 16), o1 = __uint_as_float(wo & 0xffff0000u);
+    const float d0 = __uint_as_float(wd << 16), d1 = __uint_as_float(wd & 0xffff0000u);
+    acc = __fadd_rn(acc, __fmul_rn(d0, o0));
+    acc = __fadd_rn(acc, __fmul_rn(d1, o1));
+  }
+  p.delta[first + r] = acc;
 }
 
 // Dynamic shared memory: sK, sQ (rows, D+1), sV, sdO (rows, D+1), sP, sdS (BQ, BK+1), sL, sDelta (BQ).
@@ -287,41 +327,67 @@ constexpr size_t dk_sweep_smem_bytes() {
   return sizeof(float) * (kBlockK * (D + 1) + kBlockQ * (D + 1) + kBlockQ * (kBlockK + 1) + 2 * kBlockQ);
 }
 
-// dQ = bf16(scale (dQacc - c_i PK_i)); one thread per element of (B, Nq, H, D).
+// dQ = bf16(scale (dQacc - c_i PK_i)); one thread per 4 elements of (B, Nq, H, D) (D % 4 == 0; the
+// workspace regions are 16-byte aligned, the output 8-byte aligned: launch.cu checks).
 template <bool kPWeighted>
 __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   const int64_t total = static_cast<int64_t>(p.B) * p.Nq * p.H * p.D;
   if (idx >= total) return;
   const int d = static_cast<int>(idx % p.D), h = static_cast<int>((idx / p.D) % p.H);
   const int i = static_cast<int>((idx / (static_cast<int64_t>(p.D) * p.H)) % p.Nq);
   const int b = static_cast<int>(idx / (static_cast<int64_t>(p.D) * p.H * p.Nq));
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  float x = p.dq_acc[row * p.D + d];
+  float4 x = *reinterpret_cast<const float4*>(p.dq_acc + row * p.D + d);
   if (kPWeighted) {
     const float s = p.psum[row];
-    if (s > 0.0f) x -= (p.rowsum[row] / s) * p.pk[row * p.D + d];
+    if (s > 0.0f) {
+      const float c = p.rowsum[row] / s;
+      const float4 k = *reinterpret_cast<const float4*>(p.pk + row * p.D + d);
+      x.x -= c * k.x, x.y -= c * k.y, x.z -= c * k.z, x.w -= c * k.w;
+    }
   }
-  p.dq[idx] = __float2bfloat16_rn(p.scale * x);
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(p.scale * x.x, p.scale * x.y);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(p.scale * x.z, p.scale * x.w);
+  uint2 out;
+  out.x = *reinterpret_cast<const uint32_t*>(&lo);
+  out.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(p.dq + idx) = out;
 }
 
-// dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order.
+// dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order; one
+// thread per 4 elements. kSuffix (thresh-lowrank): each head's dKacc first loses its uniform part, the suffix sum
+// of its first visible row (src/cuda/projection_tc.cuh).
+template <bool kSuffix>
 __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   const int64_t total = static_cast<int64_t>(p.B) * p.Nk * p.Hkv * p.D;
   if (idx >= total) return;
   const int d = static_cast<int>(idx % p.D), hk = static_cast<int>((idx / p.D) % p.Hkv);
   const int j = static_cast<int>((idx / (static_cast<int64_t>(p.D) * p.Hkv)) % p.Nk);
   const int b = static_cast<int>(idx / (static_cast<int64_t>(p.D) * p.Hkv * p.Nk));
   const int group = p.H / p.Hkv;
-  float dk = 0.0f, dv = 0.0f;
+  const int first = p.causal ? max(0, j - (p.Nk - p.Nq)) : 0;  // the first row that sees key j
+  float4 dk = make_float4(0.0f, 0.0f, 0.0f, 0.0f), dv = dk;
   for (int g = 0; g < group; ++g) {
-    const int64_t row = (static_cast<int64_t>(b) * p.H + hk * group + g) * p.Nk + j;
-    dk += p.dk_acc[row * p.D + d];
-    dv += p.dv_acc[row * p.D + d];
+    const int64_t bh = static_cast<int64_t>(b) * p.H + hk * group + g, row = bh * p.Nk + j;
+    float4 a = *reinterpret_cast<const float4*>(p.dk_acc + row * p.D + d);
+    if (kSuffix && first < p.Nq) {
+      const float4 s = *reinterpret_cast<const float4*>(p.suffix + (bh * p.Nq + first) * p.D + d);
+      a.x -= s.x, a.y -= s.y, a.z -= s.z, a.w -= s.w;
+    }
+    const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + row * p.D + d);
+    dk.x += a.x, dk.y += a.y, dk.z += a.z, dk.w += a.w;
+    dv.x += v.x, dv.y += v.y, dv.z += v.z, dv.w += v.w;
   }
-  p.dk[idx] = __float2bfloat16_rn(p.scale * dk);
-  p.dv[idx] = __float2bfloat16_rn(dv);
+  const __nv_bfloat162 k0 = __floats2bfloat162_rn(p.scale * dk.x, p.scale * dk.y);
+  const __nv_bfloat162 k1 = __floats2bfloat162_rn(p.scale * dk.z, p.scale * dk.w);
+  const __nv_bfloat162 v0 = __floats2bfloat162_rn(dv.x, dv.y), v1 = __floats2bfloat162_rn(dv.z, dv.w);
+  uint2 ko, vo;
+  ko.x = *reinterpret_cast<const uint32_t*>(&k0), ko.y = *reinterpret_cast<const uint32_t*>(&k1);
+  vo.x = *reinterpret_cast<const uint32_t*>(&v0), vo.y = *reinterpret_cast<const uint32_t*>(&v1);
+  *reinterpret_cast<uint2*>(p.dk + idx) = ko;
+  *reinterpret_cast<uint2*>(p.dv + idx) = vo;
 }
 
 }  // namespace gproj::cuda::detail

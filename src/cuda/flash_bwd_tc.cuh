@@ -169,6 +169,35 @@ __device__ __forceinline__ void store_dk_dv(const KernelParams& p, int64_t bh, i
   }
 }
 
+// thresh-lowrank: appends this thread's entries with bf16(P) >= thresh (rows r, r + 8 of the warp's 16 x 64 tile
+// in sP, columns n 8 + 2 tq + {0, 1}) to their rows' lists; an atomic counter gives the slot. Out of line, with
+// the few fields it needs by value (a KernelParams reference would copy the parameters to the stack).
+struct ListRef {
+  int* count;
+  int* j;
+  float* p;
+  int cap, nq;
+  float thresh;
+};
+__device__ __noinline__ void append_large_entries(ListRef list, const bf16_t* sP, int64_t bh, int r, int row_a,
+                                                  int j0, int tq) {
+  for (int half = 0; half < 2; ++half) {
+    const int row = row_a + 8 * half;
+    if (row >= list.nq) continue;
+    for (int n = 0; n < 8; ++n)
+      for (int e = 0; e < 2; ++e) {
+        const float pv = __bfloat162float(sP[swz<kBwdBlock>(r + 8 * half, n) + 2 * tq + e]);
+        if (!(pv >= list.thresh)) continue;
+        const int64_t rr = bh * list.nq + row;
+        const int slot = atomicAdd(&list.count[rr], 1);
+        if (slot < list.cap) {
+          list.j[rr * list.cap + slot] = j0 + n * 8 + 2 * tq + e;
+          list.p[rr * list.cap + slot] = pv;
+        }
+      }
+  }
+}
+
 // kStats: also sum r_i and s_i (the projection's statistics; the audit's max |r_i| for the other variants). A
 // compile-time switch: as a runtime flag it cost the baseline 8% of its speed (register allocation).
 // kThresh (thresh-lowrank, docs/gproj-projection.md): entries with bf16(P) >= p.thresh go to their row's list
@@ -242,24 +271,18 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
                            (p.causal && j0 + BK - 1 > last_visible(p, i0 + r0));
     warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, in.L_a, in.L_b);
     float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // thresh-lowrank: the row's large entries go to its list (rare: at most list_cap per row over all key blocks)
-    const auto append = [&](int n, __nv_bfloat162 pa, __nv_bfloat162 pb) {
+    // thresh-lowrank: the row's large entries go to its list (rare: at most list_cap per row over all key
+    // blocks). The hot path only compares; a warp with a hit appends from its own bf16(P) in sP.
+    bool hit = false;
+    const auto mark = [&](int, __nv_bfloat162 pa, __nv_bfloat162 pb) {
       if (!kThresh) return;
-      const float pv[4] = {__low2float(pa), __high2float(pa), __low2float(pb), __high2float(pb)};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = e < 2 ? row_a : row_b;
-        if (pv[e] >= p.thresh && row < p.Nq) {
-          const int64_t r = bh * p.Nq + row;
-          const int slot = atomicAdd(&p.list_count[r], 1);
-          if (slot < p.list_cap) {
-            p.list_j[r * p.list_cap + slot] = j0 + n * 8 + 2 * tq + (e & 1);
-            p.list_p[r * p.list_cap + slot] = pv[e];
-          }
-        }
-      }
+      const float m = fmaxf(fmaxf(__low2float(pa), __high2float(pa)), fmaxf(__low2float(pb), __high2float(pb)));
+      hit |= m >= p.thresh;
     };
-    store_p_ds<BK, stats>(s, dp, in, sP, sdS, r0 + g, 0, tq, sums, append);
+    store_p_ds<BK, stats>(s, dp, in, sP, sdS, r0 + g, 0, tq, sums, mark);
+    if (kThresh && __any_sync(0xffffffffu, hit)) {
+      if (hit) append_large_entries({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP, bh, r0 + g, row_a, j0, tq);
+    }
     if (stats) add_row_stats(p, bh, row_a, tq, sums);
     __syncthreads();
     warp_atb<D>(dv, sP, ot, kw, lane);   // dV += bf16(P)^T dO

@@ -240,12 +240,13 @@ Workspace layout(const Problem& p) {
 template <int D>
 Status backward_thresh(const KernelParams& k, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
-  Status s = launch(detail::gram_kernel<D>, dim3((k.Nk + detail::kGramKeys - 1) / detail::kGramKeys, k.Hkv, k.B), 0,
-                    stream, k, "thresh-lowrank Gram matrix", threads);
+  const int key_tiles = (k.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock;
+  Status s = launch(detail::gram_kernel<D>, dim3((key_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.Hkv, k.B),
+                    0, stream, k, "thresh-lowrank Gram matrix", detail::kBwdThreads);
   if (s.ok) s = launch(detail::eig_kernel<D>, dim3(k.Hkv, k.B), detail::eig_smem_bytes<D>(), stream, k,
                        "thresh-lowrank eigenvectors", threads);
-  if (s.ok) s = launch(detail::ku_kernel<D>, dim3((k.Nk + threads - 1) / threads, k.Hkv, k.B), 0, stream, k,
-                       "thresh-lowrank K U", threads);
+  if (s.ok) s = launch(detail::ku_kernel<D>, dim3(key_tiles, k.Hkv, k.B), 0, stream, k, "thresh-lowrank K U",
+                       detail::kBwdThreads);
   if (!s.ok) return s;
   constexpr int blk = detail::kBwdBlock;
   s = launch(detail::flash_bwd_tc_kernel<D, false, true, true, true>, dim3((k.Nk + blk - 1) / blk, k.H, k.B),
@@ -259,10 +260,7 @@ Status backward_thresh(const KernelParams& k, cudaStream_t stream) {
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
   if (s.ok) s = launch(detail::suffix_part_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank block sums", D);
   if (s.ok) s = launch(detail::suffix_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank suffix sums", D);
-  if (!s.ok) return s;
-  const int64_t nk = static_cast<int64_t>(k.B) * k.H * k.Nk * D;
-  return launch(detail::suffix_apply_kernel, dim3(static_cast<unsigned>((nk + threads - 1) / threads)), 0, stream, k,
-                "thresh-lowrank uniform dK", threads);
+  return s;  // the uniform dK part is applied by the dK/dV postprocess (its kSuffix form)
 }
 
 }  // namespace
@@ -365,33 +363,55 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   kp.dk = static_cast<__nv_bfloat16*>(dk.data);
   kp.dv = static_cast<__nv_bfloat16*>(dv.data);
   const auto st = static_cast<cudaStream_t>(stream);
-  if (cudaMemsetAsync(workspace, 0, w.bytes(), st) != cudaSuccess) return last_error("workspace memset");
+  for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
+    if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
+      return fail(ErrorCode::kInvalidArgument, std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
+    }
+  }
+  // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
+  // counters, P (K U) and Gram matrices. dKacc and dVacc are written whole by the main kernels.
+  {
+    size_t zero_words = 3 * w.row + w.q + (pweighted ? w.q : 0);
+    if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess) return last_error("workspace memset");
+    if (thresh && (cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.row, st) != cudaSuccess ||
+                   cudaMemsetAsync(kp.pku, 0, sizeof(float) * w.pku, st) != cudaSuccess ||
+                   cudaMemsetAsync(kp.gram, 0, sizeof(float) * w.gram, st) != cudaSuccess)) {
+      return last_error("workspace memset");
+    }
+  }
   constexpr int kPost = 256;
   const int64_t rows = p.B * p.H * p.Nq;
-  detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+  const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
+  if (!fp32 && rows_aligned(o) && rows_aligned(dout)) {
+    const auto grid = static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows);
+    if (p.D == 64) detail::bwd_preprocess_vec_kernel<64><<<grid, detail::kPreThreads, 0, st>>>(kp);
+    else detail::bwd_preprocess_vec_kernel<128><<<grid, detail::kPreThreads, 0, st>>>(kp);
+  } else {
+    detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+  }
   if (Status s = last_error("backward preprocess"); !s.ok) return s;
   const bool det = p.params.deterministic;
-  const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
+  // The postprocess kernels take 4 elements per thread.
+  const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;
+  const auto qgrid = static_cast<unsigned>((nq + kPost - 1) / kPost), kgrid = static_cast<unsigned>((nk + kPost - 1) / kPost);
   if (thresh) {
     if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA needs 16-byte aligned rows");
     Status s = p.D == 64 ? backward_thresh<64>(kp, st) : backward_thresh<128>(kp, st);
     if (!s.ok) return s;
-    const int64_t nk = p.B * p.Nk * p.Hkv * p.D;
-    detail::bwd_postprocess_dkv_kernel<<<static_cast<unsigned>((nk + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+    detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
     return last_error("backward dK/dV postprocess");
   }
   const bool wide = p.params.cuda_backward_warps == 8;
   Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
                        : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);
   if (!s.ok) return s;
-  const int64_t nq = p.B * p.Nq * p.H * p.D, nk = p.B * p.Nk * p.Hkv * p.D;
   if (pweighted) {
-    detail::bwd_postprocess_dq_kernel<true><<<static_cast<unsigned>((nq + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+    detail::bwd_postprocess_dq_kernel<true><<<qgrid, kPost, 0, st>>>(kp);
   } else {
-    detail::bwd_postprocess_dq_kernel<false><<<static_cast<unsigned>((nq + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+    detail::bwd_postprocess_dq_kernel<false><<<qgrid, kPost, 0, st>>>(kp);
   }
   if (Status e = last_error("backward dQ postprocess"); !e.ok) return e;
-  detail::bwd_postprocess_dkv_kernel<<<static_cast<unsigned>((nk + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+  detail::bwd_postprocess_dkv_kernel<false><<<kgrid, kPost, 0, st>>>(kp);
   return last_error("backward dK/dV postprocess");
 }
 

@@ -15,34 +15,51 @@ constexpr int kPostThreads = 256;
 constexpr int kGramKeys = 256;  // keys per CTA of the Gram kernel
 constexpr int kSuffixBlock = 64;
 
-// gram[b, hk] += K[chunk]^T K[chunk]; grid (ceil(Nk / kGramKeys), Hkv, B).
+// gram[b, hk] += K[chunk]^T K[chunk] on the tensor cores (BF16 K, FP32 accumulation: the products are exact);
+// grid (ceil(Nk / (64 kGramTiles)), Hkv, B), 4 warps. Key tiles of 64 are double-buffered with cp.async; warp w
+// accumulates the 16-row slices w, w + 4, ... of G with warp_atb (the backward's dK = dS^T Q form, T = B = K).
+constexpr int kGramTiles = 16;
 template <int D>
-__global__ void __launch_bounds__(kPostThreads) gram_kernel(const KernelParams p) {
-  constexpr int kOut = D * D / kPostThreads, kStage = 32;
-  __shared__ float sk[kStage][D];
-  const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kGramKeys;
-  float acc[kOut];
+__global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p) {
+  constexpr int kSlices = D / 64;  // 16-row slices of G per warp
+  __shared__ __align__(128) bf16_t sK[2 * kBwdBlock * D];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int b = blockIdx.z, hk = blockIdx.y;
+  const int t0 = blockIdx.x * kGramTiles, ntiles = min(kGramTiles, (p.Nk + kBwdBlock - 1) / kBwdBlock - t0);
+  float acc[kSlices][D / 8][4];
 #pragma unroll
-  for (int m = 0; m < kOut; ++m) acc[m] = 0.0f;
-  const int jend = min(p.Nk, j0 + kGramKeys);
-  for (int js = j0; js < jend; js += kStage) {
-    __syncthreads();
-    for (int x = threadIdx.x; x < kStage * D; x += kPostThreads) {
-      const int r = x / D, d = x % D;
-      sk[r][d] = js + r < jend ? load_bf16(p.k, b, js + r, hk, d) : 0.0f;
-    }
-    __syncthreads();
+  for (int sl = 0; sl < kSlices; ++sl)
 #pragma unroll
-    for (int m = 0; m < kOut; ++m) {
-      const int o = threadIdx.x + kPostThreads * m, a = o / D, c = o % D;
-      float s = acc[m];
-      for (int r = 0; r < kStage; ++r) s = fmaf(sk[r][a], sk[r][c], s);
-      acc[m] = s;
-    }
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[sl][n][e] = 0.0f;
+  const auto load = [&](int t) {
+    const int j0 = (t0 + t) * kBwdBlock;
+    load_tile_async<kBwdBlock, D, kBwdThreads>(sK + (t & 1) * kBwdBlock * D, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, j0,
+                                                min(kBwdBlock, p.Nk - j0), hk);  // rows past Nk are zero
+  };
+  load(0);
+  cp_async_commit();
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) load(t + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16_t* kt = sK + (t & 1) * kBwdBlock * D;
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) warp_atb<D, D>(acc[sl], kt, kt, (warp + 4 * sl) * 16, lane);
+    __syncthreads();
   }
   float* gram = p.gram + (static_cast<int64_t>(b) * p.Hkv + hk) * D * D;
 #pragma unroll
-  for (int m = 0; m < kOut; ++m) atomicAdd(&gram[threadIdx.x + kPostThreads * m], acc[m]);
+  for (int sl = 0; sl < kSlices; ++sl)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = (warp + 4 * sl) * 16 + g + 8 * (e / 2), col = n * 8 + 2 * tq + (e & 1);
+        atomicAdd(&gram[row * D + col], acc[sl][n][e]);
+      }
 }
 
 // The pseudo-random start of the subspace iteration, the same numbers as top_eigenvectors in
@@ -57,26 +74,44 @@ __device__ __forceinline__ float start_value(int a, int c) {
   return static_cast<float>(static_cast<double>(h) / 4294967296.0 - 0.5);
 }
 
-// Modified Gram-Schmidt of the kLowRank columns of X (D x kLowRank, shared), by warp 0.
+// Modified Gram-Schmidt of the kLowRank columns of X (column-major [8][D] in shared memory) by warp 0, the
+// columns in registers (lane holds rows lane + 32 m): the order of operations of orthonormalise in
+// src/cpu/projection.cc, in FP32.
 template <int D>
 __device__ void orthonormalise_columns(float* X) {
   if (threadIdx.x >= 32) return;
+  constexpr int kM = D / 32;
   const int lane = threadIdx.x;
+  float x[kLowRank][kM];
+#pragma unroll
+  for (int c = 0; c < kLowRank; ++c)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) x[c][m] = X[c * D + lane + 32 * m];
+#pragma unroll
   for (int c = 0; c < kLowRank; ++c) {
+#pragma unroll
     for (int d = 0; d < c; ++d) {
       float dot = 0.0f;
-      for (int a = lane; a < D; a += 32) dot += X[a * kLowRank + c] * X[a * kLowRank + d];
+#pragma unroll
+      for (int m = 0; m < kM; ++m) dot = fmaf(x[c][m], x[d][m], dot);
+#pragma unroll
       for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      for (int a = lane; a < D; a += 32) X[a * kLowRank + c] -= dot * X[a * kLowRank + d];
-      __syncwarp();
+#pragma unroll
+      for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
     }
     float norm = 0.0f;
-    for (int a = lane; a < D; a += 32) norm += X[a * kLowRank + c] * X[a * kLowRank + c];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) norm = fmaf(x[c][m], x[c][m], norm);
+#pragma unroll
     for (int o = 16; o > 0; o >>= 1) norm += __shfl_xor_sync(0xffffffffu, norm, o);
     const float inv = norm > 0.0f ? rsqrtf(norm) : 0.0f;
-    for (int a = lane; a < D; a += 32) X[a * kLowRank + c] *= inv;
-    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < kM; ++m) x[c][m] *= inv;
   }
+#pragma unroll
+  for (int c = 0; c < kLowRank; ++c)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) X[c * D + lane + 32 * m] = x[c][m];
 }
 
 constexpr int kSubspaceIters = 24;
@@ -87,24 +122,27 @@ constexpr size_t eig_smem_bytes() {
 }
 
 // u[b, hk] = top-8 eigenvectors of gram[b, hk] by kSubspaceIters steps of subspace iteration; grid (Hkv, B).
+// Y = G X with thread x on (column x / D, row x % D): G is symmetric, so G[e][a] is read along a row
+// (consecutive lanes, consecutive words) and X[c][e] is a broadcast.
 template <int D>
 __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p) {
   extern __shared__ float smem_f[];
   float* G = smem_f;            // [D][D]
-  float* X = G + D * D;         // [D][8]
-  float* Y = X + D * kLowRank;  // [D][8]
+  float* X = G + D * D;         // [8][D]
+  float* Y = X + D * kLowRank;  // [8][D]
   const int b = blockIdx.y, hk = blockIdx.x;
   const float* gram = p.gram + (static_cast<int64_t>(b) * p.Hkv + hk) * D * D;
   for (int x = threadIdx.x; x < D * D; x += kPostThreads) G[x] = gram[x];
-  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = start_value(x / kLowRank, x % kLowRank);
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = start_value(x % D, x / D);
   __syncthreads();
   orthonormalise_columns<D>(X);
   __syncthreads();
   for (int it = 0; it < kSubspaceIters; ++it) {
     for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) {
-      const int a = x / kLowRank, c = x % kLowRank;
+      const int c = x / D, a = x % D;
       float s = 0.0f;
-      for (int e = 0; e < D; ++e) s = fmaf(G[a * D + e], X[e * kLowRank + c], s);
+#pragma unroll 8
+      for (int e = 0; e < D; ++e) s = fmaf(G[e * D + a], X[c * D + e], s);
       Y[x] = s;
     }
     __syncthreads();
@@ -114,29 +152,37 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
     __syncthreads();
   }
   float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
-  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) u[x] = X[x];
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) u[x] = X[(x % kLowRank) * D + x / kLowRank];
 }
 
-// ku[b, hk, j] = bf16(K_j U); one thread per key; grid (ceil(Nk / kPostThreads), Hkv, B).
+// ku[b, hk, j] = bf16(K_j U): a tile of 64 keys staged in shared memory (16-byte loads), two threads per key
+// with 4 of the 8 columns each; grid (ceil(Nk / 64), Hkv, B), 128 threads.
 template <int D>
-__global__ void __launch_bounds__(kPostThreads) ku_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
+  __shared__ __align__(128) bf16_t sK[kBwdBlock * D];
   __shared__ float su[D * kLowRank];
-  const int b = blockIdx.z, hk = blockIdx.y, j = blockIdx.x * kPostThreads + threadIdx.x;
+  const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBwdBlock;
+  const int count = min(kBwdBlock, p.Nk - j0);
+  load_tile_async<kBwdBlock, D, kBwdThreads>(sK, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, j0, count, hk);
+  cp_async_commit();
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
-  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[x] = u[x];
+  for (int x = threadIdx.x; x < D * kLowRank; x += kBwdThreads) su[x] = u[x];
+  cp_async_wait<0>();
   __syncthreads();
-  if (j >= p.Nk) return;
-  float acc[kLowRank];
-#pragma unroll
-  for (int c = 0; c < kLowRank; ++c) acc[c] = 0.0f;
+  const int r = threadIdx.x >> 1, c0 = (threadIdx.x & 1) * 4;
+  if (r >= count) return;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
   for (int a = 0; a < D; ++a) {
-    const float x = load_bf16(p.k, b, j, hk, a);
+    const float x = __bfloat162float(sK[swz<D>(r, a / 8) + a % 8]);
 #pragma unroll
-    for (int c = 0; c < kLowRank; ++c) acc[c] = fmaf(x, su[a * kLowRank + c], acc[c]);
+    for (int c = 0; c < 4; ++c) acc[c] = fmaf(x, su[a * kLowRank + c0 + c], acc[c]);
   }
-  __nv_bfloat16* out = p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank;
-#pragma unroll
-  for (int c = 0; c < kLowRank; c += 2) *reinterpret_cast<__nv_bfloat162*>(out + c) = __floats2bfloat162_rn(acc[c], acc[c + 1]);
+  __nv_bfloat16* out = p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j0 + r) * kLowRank + c0;
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[0], acc[1]), hi = __floats2bfloat162_rn(acc[2], acc[3]);
+  uint2 v;
+  v.x = *reinterpret_cast<const uint32_t*>(&lo), v.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(out) = v;
 }
 
 // One warp per row (B, H, Nq): the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries'
@@ -218,18 +264,6 @@ __global__ void suffix_kernel(const KernelParams p) {
     run = fmaf(p.rest[bh * p.Nq + i], load_bf16(p.q, b, i, h, d), run);
     p.suffix[(bh * p.Nq + i) * D + d] = run;
   }
-}
-
-// dk_acc[b, h, j] -= suffix[b, h, first row that sees key j]; one thread per element of (B, H, Nk, D).
-__global__ void suffix_apply_kernel(const KernelParams p) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(p.B) * p.H * p.Nk * p.D) return;
-  const int d = static_cast<int>(idx % p.D);
-  const int64_t bhj = idx / p.D;
-  const int j = static_cast<int>(bhj % p.Nk);
-  const int64_t bh = bhj / p.Nk;
-  const int first = p.causal ? max(0, j - (p.Nk - p.Nq)) : 0;
-  if (first < p.Nq) p.dk_acc[idx] -= p.suffix[(bh * p.Nq + first) * p.D + d];
 }
 
 }  // namespace gproj::cuda::detail

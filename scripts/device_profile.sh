@@ -15,7 +15,7 @@ shape="${PROFILE_SHAPE:-128:4096:0}"
 echo "gproj commit: $GPROJ_COMMIT; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$out/profile/env.txt"
 
 # Per-kernel time of each configuration (--reps 1: one warm-up and one timed call of forward and backward).
-for label in ${PROFILE_LABELS:-baseline gproj gproj-th16}; do
+for label in ${PROFILE_LABELS:-baseline base-stats gproj gproj-th16}; do
   timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base "$bench" --only "$label" --shape "$shape" \
     --reps 1 >"$out/profile/times_$label.csv" 2>"$out/profile/times_$label.err"
   echo "== $label ($shape): rc=$?"
@@ -26,7 +26,7 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows: print("  (no ncu rows)"); sys.exit()
 head, body = rows[0], rows[1:]
 kn, mv = head.index("Kernel Name"), head.index("Metric Value")
-calls = [(r[kn].split("(")[0].split("<")[0][-40:], r[kn], float(r[mv]) / 1e3) for r in body]
+calls = [(r[kn].split("(")[0].split("<")[0][-40:], r[kn], float(r[mv].replace(",", "")) / 1e3) for r in body]
 half = len(calls) // 2  # warm-up and timed calls: print the second half
 tot = collections.OrderedDict()
 for short, full, us in calls[half:]:
@@ -47,11 +47,13 @@ for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg fla
   echo "== ncu $k ($label): rc=$?"
 done
 
-# thresh-lowrank CUDA outputs on the stress cases where the CUDA/CPU comparison was outside a third of a rounding.
+# CUDA outputs of the projections on a few stress cases, for a comparison with the CPU emulator on this machine.
 "$gproj_bin" stress --write /tmp/stress >/dev/null
-for c in shared-queries sink-ties-large ties-negative; do
-  "$gproj_bin" run --state "/tmp/stress/$c.safetensors" --device cuda --projection thresh-lowrank \
-    --out "$out/profile/thresh_cuda_$c.safetensors" >/dev/null 2>&1
-  echo "== thresh-lowrank cuda outputs $c: rc=$?"
+for c in ${PROFILE_CASES:-shared-queries sink-ties-large ties-negative}; do
+  for proj in thresh-lowrank pweighted; do
+    "$gproj_bin" run --state "/tmp/stress/$c.safetensors" --device cuda --projection "$proj" \
+      --out "$out/profile/${proj}_cuda_$c.safetensors" >/dev/null 2>&1
+    echo "== $proj cuda outputs $c: rc=$?"
+  done
 done
 ( cd "$out" && tar czf profile.tgz profile && rm -rf profile )

@@ -253,9 +253,8 @@ Status backward_thresh(const KernelParams& k, cudaStream_t stream) {
              detail::bwd_tc_smem_bytes<D>(), stream, k, "backward main, tensor cores, thresh-lowrank",
              detail::kBwdThreads);
   if (!s.ok) return s;
-  const int64_t rows = static_cast<int64_t>(k.B) * k.H * k.Nq;
   constexpr int warps = threads / 32;
-  s = launch(detail::thresh_dq_kernel<D>, dim3(static_cast<unsigned>((rows + warps - 1) / warps)), 0, stream, k,
+  s = launch(detail::thresh_dq_kernel<D>, dim3((k.Nq + warps - 1) / warps, k.H, k.B), 0, stream, k,
              "thresh-lowrank dQ postprocess", threads);
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
   if (s.ok) s = launch(detail::suffix_part_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank block sums", D);

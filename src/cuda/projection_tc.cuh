@@ -122,14 +122,14 @@ constexpr size_t eig_smem_bytes() {
 }
 
 // u[b, hk] = top-8 eigenvectors of gram[b, hk] by kSubspaceIters steps of subspace iteration; grid (Hkv, B).
-// Y = G X with thread x on (column x / D, row x % D): G is symmetric, so G[e][a] is read along a row
-// (consecutive lanes, consecutive words) and X[c][e] is a broadcast.
+// Y = G X: thread a (< D) forms row a of Y, all 8 columns, reading G[e][a] (G is symmetric: consecutive lanes,
+// consecutive words) and row e of X as two 16-byte broadcasts.
 template <int D>
 __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p) {
   extern __shared__ float smem_f[];
   float* G = smem_f;            // [D][D]
-  float* X = G + D * D;         // [8][D]
-  float* Y = X + D * kLowRank;  // [8][D]
+  float* X = G + D * D;         // [8][D] (orthonormalise_columns)
+  float* Y = X + D * kLowRank;  // [D][8]
   const int b = blockIdx.y, hk = blockIdx.x;
   const float* gram = p.gram + (static_cast<int64_t>(b) * p.Hkv + hk) * D * D;
   for (int x = threadIdx.x; x < D * D; x += kPostThreads) G[x] = gram[x];
@@ -138,15 +138,25 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
   orthonormalise_columns<D>(X);
   __syncthreads();
   for (int it = 0; it < kSubspaceIters; ++it) {
-    for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) {
-      const int c = x / D, a = x % D;
-      float s = 0.0f;
-#pragma unroll 8
-      for (int e = 0; e < D; ++e) s = fmaf(G[e * D + a], X[c * D + e], s);
-      Y[x] = s;
+    for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) Y[(x % D) * kLowRank + x / D] = X[x];
+    __syncthreads();
+    const int a = threadIdx.x;
+    float y[kLowRank] = {};
+    if (a < D) {
+#pragma unroll 4
+      for (int e = 0; e < D; ++e) {
+        const float g = G[e * D + a];
+        const float4 x0 = reinterpret_cast<const float4*>(Y + e * kLowRank)[0];
+        const float4 x1 = reinterpret_cast<const float4*>(Y + e * kLowRank)[1];
+        y[0] = fmaf(g, x0.x, y[0]), y[1] = fmaf(g, x0.y, y[1]), y[2] = fmaf(g, x0.z, y[2]), y[3] = fmaf(g, x0.w, y[3]);
+        y[4] = fmaf(g, x1.x, y[4]), y[5] = fmaf(g, x1.y, y[5]), y[6] = fmaf(g, x1.z, y[6]), y[7] = fmaf(g, x1.w, y[7]);
+      }
     }
     __syncthreads();
-    for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = Y[x];
+    if (a < D) {
+#pragma unroll
+      for (int c = 0; c < kLowRank; ++c) X[c * D + a] = y[c];
+    }
     __syncthreads();
     orthonormalise_columns<D>(X);
     __syncthreads();
@@ -185,16 +195,20 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   *reinterpret_cast<uint2*>(out) = v;
 }
 
-// One warp per row (B, H, Nq): the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries'
-// dK correction (atomics into dk_acc) and rest_i for the uniform part.
+// One warp per row: the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction
+// (atomics into dk_acc) and rest_i for the uniform part. Grid (ceil(Nq / 8), H, B): a CTA's 8 rows share one
+// kv head, whose U it stages in shared memory, transposed ([8][D]: lanes read consecutive words).
 template <int D>
 __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelParams p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kPostThreads / 32) + (threadIdx.x >> 5);
-  if (row >= static_cast<int64_t>(p.B) * p.H * p.Nq) return;
-  const int i = static_cast<int>(row % p.Nq), h = static_cast<int>((row / p.Nq) % p.H);
-  const int b = static_cast<int>(row / (static_cast<int64_t>(p.Nq) * p.H));
+  __shared__ float su[kLowRank * D];
+  const int lane = threadIdx.x & 31, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
+  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
+  __syncthreads();
+  const int i = blockIdx.x * (kPostThreads / 32) + (threadIdx.x >> 5);
+  if (i >= p.Nq) return;
+  const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const float s = p.psum[row];
   const float c = s > 0.0f ? p.rowsum[row] / s : 0.0f;
   const int cnt = min(p.list_count[row], p.list_cap);
@@ -206,11 +220,15 @@ __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelPar
   }
   const __nv_bfloat16* ku = p.ku + (static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk * kLowRank;
   float tail[kLowRank];
+  const float pku = p.pku[row * kLowRank + (lane & (kLowRank - 1))];  // lane u < 8 holds P (K U)_u
 #pragma unroll
-  for (int u = 0; u < kLowRank; ++u) {
-    float x = lane < cnt ? pt * __bfloat162float(ku[static_cast<int64_t>(jt) * kLowRank + u]) : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    tail[u] = p.pku[row * kLowRank + u] - x;
+  for (int v = 0; v < kLowRank; ++v) {
+    float x = 0.0f;
+    if (cnt > 0) {  // the listed entries' own share of P (K U)
+      x = lane < cnt ? pt * __bfloat162float(ku[static_cast<int64_t>(jt) * kLowRank + v]) : 0.0f;
+      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    }
+    tail[v] = __shfl_sync(0xffffffffu, pku, v) - x;
   }
   float mass = pt;
   for (int o = 16; o > 0; o >>= 1) mass += __shfl_xor_sync(0xffffffffu, mass, o);
@@ -218,7 +236,6 @@ __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelPar
   const int n_rest = n_vis - cnt;
   const float rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
   if (lane == 0) p.rest[row] = rest;
-  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   for (int d = lane; d < D; d += 32) {
     float acc = 0.0f;
     for (int t = 0; t < cnt; ++t) {
@@ -228,14 +245,16 @@ __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelPar
     }
     float back = 0.0f;
 #pragma unroll
-    for (int v = 0; v < kLowRank; ++v) back = fmaf(tail[v], u[d * kLowRank + v], back);
+    for (int v = 0; v < kLowRank; ++v) back = fmaf(tail[v], su[v * D + d], back);
     const float x = p.dq_acc[row * D + d] - c * (acc + back);
     p.dq[((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d] = __float2bfloat16_rn(p.scale * x);
-    const float qd = load_bf16(p.q, b, i, h, d);
-    for (int t = 0; t < cnt; ++t) {
-      const int j = __shfl_sync(0xffffffffu, jt, t);
-      const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
-      atomicAdd(&p.dk_acc[((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d], -w * qd);
+    if (cnt > 0) {
+      const float qd = load_bf16(p.q, b, i, h, d);
+      for (int t = 0; t < cnt; ++t) {
+        const int j = __shfl_sync(0xffffffffu, jt, t);
+        const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
+        atomicAdd(&p.dk_acc[((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d], -w * qd);
+      }
     }
   }
 }

@@ -129,10 +129,30 @@ TEST(Cuda, StressSuiteBars) {
   }
 }
 
-// thresh-lowrank (threshold 1/16, rank 8), the cheap projection meant to replace pweighted on the GPU: the same
-// bars as the default on every stress case, and as close to the CPU emulator's thresh-lowrank as the other
-// variants are (the entry lists can differ only where bf16(P) sits at the threshold; U differs in FP32 vs FP64).
-TEST(Cuda, ThreshLowRankMeetsTheBarsAndMatchesCpu) {
+// thresh-lowrank on the awkward sweep: the same oracle and CPU agreement as every variant (there the inputs
+// are well conditioned and the GPU and CPU differ only by FP32 summation order).
+TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
+  GPROJ_REQUIRE_GPU();
+  test::Case c = GetParam();
+  c.block_q = c.block_k = 64;
+  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
+  const AttentionState s = test::state_for(c, 9000 + c.Nq * 3 + c.Nk);
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  const FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda), cpu = run_variant(s, p, oracle, Device::kCpu);
+  expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank");
+}
+
+// thresh-lowrank (threshold 1/16, rank 8), the cheap projection meant to replace pweighted on the GPU, on the
+// stress suite: the same bars as the default, and as accurate as the CPU emulator of the same projection (its
+// error against float64 at most a third of an output rounding above the emulator's). Not the sweep's direct
+// GPU-vs-CPU agreement: on these states dK is an ill-conditioned sum (shared query components, sinks) and the
+// tensor cores' accumulation differs from IEEE FP32 (GUIDE section 2), so the two differ by up to 0.8 of a
+// rounding for every projection; measured on the H200 (2026-11-30, gproj run --device cuda/cpu), dK GPU vs CPU:
+// shared-queries 1.21e-3 (pweighted) / 1.27e-3 (thresh-lowrank), sink-ties-large 7.9e-4 / 7.8e-4, ties-negative
+// 6.1e-4 / 6.4e-4, while both sides stay within 0.01 percentage points of each other against float64.
+TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
   GPROJ_REQUIRE_GPU();
   for (const StressCase& c : stress_suite(GPROJ_TEST_DATA)) {
     const AttentionState s = c.make();
@@ -145,9 +165,8 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAndMatchesCpu) {
     const double bar = c.group == "real" ? 0.003 : 0.005;
     EXPECT_LE(gpu.dq.rel_fro, bar) << c.name;
     EXPECT_LE(gpu.dk.rel_fro, bar) << c.name;
-    const Tensor<double> cpu_dq = to_double(cpu.bwd.dq.view()), cpu_dk = to_double(cpu.bwd.dk.view());
-    expect_close_to_cpu(compare(gpu.bwd.dq.view(), cpu_dq.view()), oracle.bwd.dq.view(), "thresh dQ vs CPU");
-    expect_close_to_cpu(compare(gpu.bwd.dk.view(), cpu_dk.view()), oracle.bwd.dk.view(), "thresh dK vs CPU");
+    EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << c.name;
+    EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << c.name;
   }
 }
 

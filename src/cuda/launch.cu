@@ -49,7 +49,8 @@ Status check_problem(const Problem& p) {
                                                std::to_string(p.params.thresh_k));
     }
     if (p.params.deterministic) {
-      return fail(ErrorCode::kUnsupported, "deterministic mode implements the pweighted projection, not thresh-lowrank");
+      return fail(ErrorCode::kUnsupported, "deterministic mode implements the pweighted projection only (thresh-lowrank, the default, adds its dK "
+                                           "corrections with atomics): choose projection pweighted");
     }
   }
   const int64_t big = int64_t{1} << 31;
@@ -253,8 +254,7 @@ Status backward_thresh(const KernelParams& k, cudaStream_t stream) {
              detail::bwd_tc_smem_bytes<D>(), stream, k, "backward main, tensor cores, thresh-lowrank",
              detail::kBwdThreads);
   if (!s.ok) return s;
-  constexpr int warps = threads / 32;
-  s = launch(detail::thresh_dq_kernel<D>, dim3((k.Nq + warps - 1) / warps, k.H, k.B), 0, stream, k,
+  s = launch(detail::thresh_dq_kernel<D>, dim3((k.Nq + detail::kThreshDqRows - 1) / detail::kThreshDqRows, k.H, k.B), 0, stream, k,
              "thresh-lowrank dQ postprocess", threads);
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
   if (s.ok) s = launch(detail::suffix_part_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank block sums", D);
@@ -394,7 +394,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;
   const auto qgrid = static_cast<unsigned>((nq + kPost - 1) / kPost), kgrid = static_cast<unsigned>((nk + kPost - 1) / kPost);
   if (thresh) {
-    if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA needs 16-byte aligned rows");
+    if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of q, k, v, do; "
+                                                 "the reference kernels for other rows implement projection pweighted");
     Status s = p.D == 64 ? backward_thresh<64>(kp, st) : backward_thresh<128>(kp, st);
     if (!s.ok) return s;
     detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);

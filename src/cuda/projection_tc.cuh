@@ -195,19 +195,10 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   *reinterpret_cast<uint2*>(out) = v;
 }
 
-// One warp per row: the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction
-// (atomics into dk_acc) and rest_i for the uniform part. Grid (ceil(Nq / 8), H, B): a CTA's 8 rows share one
-// kv head, whose U it stages in shared memory, transposed ([8][D]: lanes read consecutive words).
+// The dQ correction of row i (one warp), for thresh_dq_kernel.
 template <int D>
-__global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelParams p) {
-  __shared__ float su[kLowRank * D];
-  const int lane = threadIdx.x & 31, b = blockIdx.z, h = blockIdx.y;
-  const int hk = h / (p.H / p.Hkv);
-  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
-  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
-  __syncthreads();
-  const int i = blockIdx.x * (kPostThreads / 32) + (threadIdx.x >> 5);
-  if (i >= p.Nq) return;
+__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, int b, int h, int hk, int i,
+                                              int lane) {
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const float s = p.psum[row];
   const float c = s > 0.0f ? p.rowsum[row] / s : 0.0f;
@@ -257,6 +248,23 @@ __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelPar
       }
     }
   }
+}
+
+// One warp per row: the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction
+// (atomics into dk_acc) and rest_i for the uniform part. Grid (ceil(Nq / kThreshDqRows), H, B): a CTA's rows
+// share one kv head, whose U it stages once in shared memory, transposed ([8][D]: lanes read consecutive words).
+constexpr int kThreshDqRows = 64;
+template <int D>
+__global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelParams p) {
+  __shared__ float su[kLowRank * D];
+  const int lane = threadIdx.x & 31, b = blockIdx.z, h = blockIdx.y;
+  const int hk = h / (p.H / p.Hkv);
+  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
+  __syncthreads();
+  for (int i = blockIdx.x * kThreshDqRows + (threadIdx.x >> 5); i < min(p.Nq, (blockIdx.x + 1) * kThreshDqRows);
+       i += kPostThreads / 32)
+    thresh_dq_row<D>(p, su, b, h, hk, i, lane);
 }
 
 // part[b, h, blk, d] = sum over the rows of block blk of rest_i Q_i[d]; grid (ceil(Nq / 64), H, B), D threads.

@@ -66,12 +66,12 @@ t0=$(date +%s)
 timeout 60 "$gproj_bin" check --suite stress --device all --quiet --json "$out/check.json" \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
 note "gproj check --device all: rc=$? in $(( $(date +%s) - t0 )) s"
-timeout 60 "$gproj_bin" check --suite stress --cases real --variants gproj --device cuda --deterministic --quiet \
+timeout 60 "$gproj_bin" check --suite stress --cases real --variants gproj --projection pweighted --device cuda --deterministic --quiet \
   >"$out/check_deterministic.txt" 2>&1
 note "gproj check --deterministic (real states): rc=$?"
-timeout 60 "$gproj_bin" check --suite stress --variants gproj --projection thresh-lowrank --device cuda --quiet \
-  --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check_thresh.txt" 2>&1
-note "gproj check --projection thresh-lowrank --device cuda: rc=$?"
+timeout 60 "$gproj_bin" check --suite stress --variants gproj --projection pweighted --device cuda --quiet \
+  --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check_pweighted.txt" 2>&1
+note "gproj check --projection pweighted --device cuda: rc=$?"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30
 
 t0=$(date +%s)

@@ -37,8 +37,8 @@ print(f"  {sum(tot.values()):9.1f} us  total (second half of the calls)")
 PY
 done
 
-# Fuller reports of the main kernels (one launch each).
-for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg flash_fwd_tc_kernel:baseline \
+# Fuller reports of the main kernels (one launch each; PROFILE_FULL=0 skips them).
+[ "${PROFILE_FULL:-1}" = 0 ] || for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg flash_fwd_tc_kernel:baseline \
           flash_bwd_tc_kernel:baseline; do
   k=${kl%%:*} label=${kl##*:}
   timeout 120 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy \
@@ -47,7 +47,8 @@ for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg fla
   echo "== ncu $k ($label): rc=$?"
 done
 
-# CUDA outputs of the projections on a few stress cases, for a comparison with the CPU emulator on this machine.
+# CUDA outputs of the projections on a few stress cases, for a comparison with the CPU emulator on this machine
+# (PROFILE_CASES=none skips them).
 "$gproj_bin" stress --write /tmp/stress >/dev/null
 for c in ${PROFILE_CASES:-shared-queries sink-ties-large ties-negative}; do
   for proj in thresh-lowrank pweighted; do

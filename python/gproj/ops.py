@@ -94,7 +94,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     a head dim or a variant gproj does not take, or NaN/Inf in an input. fwdfix_max_shift (fwdfix and gproj)
     caps the lift of a tied block maximum (default 16, docs/numerics.md); float("inf") is the published rule,
     which underflows to NaN once a tied maximum passes ~87. projection (variant "gproj") picks GProj's
-    projection by name (PROJECTIONS; default "pweighted"; "thresh-lowrank" uses the threshold 1/16).
+    projection by name (PROJECTIONS; default "thresh-lowrank", threshold 1/16; "pweighted" is the exact form, the
+    one the CUDA reference kernels for rows that are not 16-byte aligned implement).
     """
     scale = None if softmax_scale is None else float(softmax_scale)
     shift = None if fwdfix_max_shift is None else float(fwdfix_max_shift)

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   check_cmd->add_flag("--allow-nonfinite", check.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
   check_cmd->add_flag("--deterministic", check.deterministic, "CUDA: backward without atomics (same bits every run)");
   check_cmd->add_option("--projection", check.projection,
-                        "GProj's projection for the gproj variant (default pweighted; e.g. thresh-lowrank)");
+                        "GProj's projection for the gproj variant (default thresh-lowrank; e.g. pweighted)");
   check_cmd->add_flag("--quiet", check.quiet, "no progress on stderr");
 
   gproj::cli::RunOptions run;
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--out", run.out, "output file: o, lse, dq, dk, dv as F32")->required();
   run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
   run_cmd->add_flag("--deterministic", run.deterministic, "CUDA: backward without atomics (same bits every run)");
-  run_cmd->add_option("--projection", run.projection, "GProj's projection for the gproj variant (default pweighted)");
+  run_cmd->add_option("--projection", run.projection, "GProj's projection for the gproj variant (default thresh-lowrank)");
 
   bool list = false;
   std::string write_dir, data_dir;

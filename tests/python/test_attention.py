@@ -1,5 +1,6 @@
 # pytest suite of gproj.attention: every variant's forward and gradients against a float64 torch reference (derived
 # tolerances), GQA, Nq != Nk, causal, shared-key dQ bias, torch.compile, bad inputs. Run by scripts/python_test.sh.
+import functools
 import math
 from functools import lru_cache
 
@@ -312,19 +313,33 @@ def misaligned_copy(t):
 @needs_cuda_kernels
 @pytest.mark.parametrize("variant", ["baseline", "gproj"])
 def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(variant):
+    # The reference kernels implement the exact projection, pweighted, so gproj names it here.
+    opts = {"projection": "pweighted"} if variant == "gproj" else {}
+    attention = functools.partial(gproj.attention, **opts)
     for case in CASES:
         (q, k, v, do, causal, scale), ref, tol = case_data(case)
         if q.shape[-1] not in CUDA_HEAD_DIMS:
             continue
-        aligned = run_gproj(variant, q.cuda(), k.cuda(), v.cuda(), do.cuda(), causal, scale)
+        aligned = run_gproj(variant, q.cuda(), k.cuda(), v.cuda(), do.cuda(), causal, scale, attention)
         qm, km, vm = (misaligned_copy(t.cuda()).requires_grad_() for t in (q, k, v))
-        om = gproj.attention(qm, km, vm, causal, scale, variant)
+        om = attention(qm, km, vm, causal, scale, variant)
         mis = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(om, (qm, km, vm), misaligned_copy(do.cuda()))))
         mis["o"] = om.detach()
         for name, out in (("aligned (v1)", aligned), ("misaligned (v0)", mis)):
             err = errors({f: out[f].cpu() for f in FIELDS}, ref)
             for f in FIELDS:
                 assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+
+
+@pytest.mark.cuda
+@needs_cuda_device
+@needs_cuda_kernels
+def test_cuda_default_projection_on_misaligned_rows_is_a_clear_error():
+    (q, k, v, do, causal, scale), _, _ = case_data("gqa_causal")
+    qm, km, vm = (misaligned_copy(t.cuda()).requires_grad_() for t in (q, k, v))
+    om = gproj.attention(qm, km, vm, causal, scale, "gproj")
+    with pytest.raises(Exception, match="16-byte aligned rows.*pweighted"):
+        torch.autograd.grad(om, (qm, km, vm), misaligned_copy(do.cuda()))
 
 
 def test_fwdfix_max_shift_caps_the_lift_and_inf_is_the_published_rule():

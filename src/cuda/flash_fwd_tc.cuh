@@ -22,8 +22,9 @@ constexpr size_t fwd_tc_smem_bytes() {
 // g + 8 (e / 2), column 8 n + 2 t + e % 2. Masks (only when the block crosses a row's limit or the end of the
 // keys), takes the row max on the unscaled dot products (rounding is monotone, so scale * max(dot) is the max of
 // S = scale * dot exactly), applies fwdfix's tie rule, updates m and l (the FP32 P), and returns bf16(P) as the
-// A fragments of the PV product (F4) and the factors the caller rescales its O accumulators by.
-template <bool kTieFix>
+// A fragments of the PV product (F4) and the factors the caller rescales its O accumulators by. kPackP = false:
+// the FP32 P is left in s instead (pf untouched), for a caller that packs it later (pack_p).
+template <bool kTieFix, bool kPackP = true>
 __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[32], bool need_mask, int j0, int tq,
                                               int lim_a, int lim_b, float& m_a, float& m_b, float& l_a, float& l_b,
                                               float& alpha_a, float& alpha_b, uint32_t (&pf)[4][4]) {
@@ -78,11 +79,24 @@ __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[
     const float e2 = fast_exp2(fmaf(s[4 * n + 2], sl2, -ml_b)), e3 = fast_exp2(fmaf(s[4 * n + 3], sl2, -ml_b));
     ps_a += e0 + e1;
     ps_b += e2 + e3;
-    pf[n >> 1][(n & 1) * 2] = pack_bf16(e0, e1);
-    pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(e2, e3);
+    if (kPackP) {
+      pf[n >> 1][(n & 1) * 2] = pack_bf16(e0, e1);
+      pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(e2, e3);
+    } else {
+      s[4 * n] = e0, s[4 * n + 1] = e1, s[4 * n + 2] = e2, s[4 * n + 3] = e3;
+    }
   }
   l_a = l_a * alpha_a + ps_a;
   l_b = l_b * alpha_b + ps_b;
+}
+
+// bf16(P) as PV A fragments from the FP32 P that softmax_block<kTieFix, false> left in s (F4).
+__device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pf)[4][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    pf[n >> 1][(n & 1) * 2] = pack_bf16(s[4 * n], s[4 * n + 1]);
+    pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(s[4 * n + 2], s[4 * n + 3]);
+  }
 }
 
 template <int D, int kWarps, bool kTieFix>

@@ -1,10 +1,15 @@
 // CUDA forward v2 (experimental, FlashParams::cuda_wgmma_forward): Hopper wgmma instead of mma.sync. Two
 // warpgroups per CTA, 64 query rows each (128 per CTA); key blocks of 64 (fwdfix's block, as the CPU emulator's)
-// double-buffered with cp.async into 128B-swizzled shared memory. S = Q K^T: wgmma from shared memory, both
-// K-major. O += bf16(P) V: P from the S accumulators as register A fragments (F4), V MN-major. The softmax, its
-// rounding points and the epilogue are those of flash_fwd_tc.cuh. No TMA, no warp specialisation yet: the step
-// after this one. Needs sm_90a; exercised by tests/cuda/flash_cuda_test.cc (WgmmaForward*).
+// in a 3-stage cp.async ring of 128B-swizzled shared memory. S = Q K^T: wgmma from shared memory, both K-major.
+// O += bf16(P) V: P from the S accumulators as register A fragments (F4), V MN-major. v2.1 overlaps the softmax
+// with the tensor cores inside each warpgroup: S of block j + 1 and P V of block j are issued back to back, the
+// softmax of block j + 1 runs while P V of block j is in flight (same operations in the same order as v2.0, so
+// the same bits). Register operands of an in-flight wgmma are pinned with fence_regs (wgmma.cuh). The softmax,
+// its rounding points and the epilogue are those of flash_fwd_tc.cuh. No TMA, no warp specialisation yet.
+// Needs sm_90a; exercised by tests/cuda/flash_cuda_test.cc (WgmmaForward*).
 #pragma once
+
+#include <type_traits>
 
 #include "cuda/flash_fwd_tc.cuh"  // softmax_block
 #include "cuda/kernel_common.cuh"
@@ -13,11 +18,11 @@
 
 namespace gproj::cuda::detail {
 
-constexpr int kWgRows = 128, kWgThreads = 256;
+constexpr int kWgRows = 128, kWgThreads = 256, kWgStages = 3;
 
 template <int D>
 constexpr size_t fwd_wg_smem_bytes() {
-  return sizeof(bf16_t) * (kWgRows * D + 4 * 64 * D) + 1024;  // + 1024: the tiles are realigned to 1024 bytes
+  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + 1024;  // + 1024: tiles realigned to 1024 B
 }
 
 // Loads rows [n0, n0 + count) of a strided (B, N, H, D) tensor into a 128B-swizzled [D/64][kRows][64] tile.
@@ -40,8 +45,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BQ][64]
-  bf16_t* sK = sQ + BQ * D;      // [2][kNB][BK][64], K-major for S = Q K^T
-  bf16_t* sV = sK + 2 * BK * D;  // [2][kNB][BK][64], MN-major for O += P V
+  bf16_t* sK = sQ + BQ * D;                // [kWgStages][kNB][BK][64], K-major for S = Q K^T
+  bf16_t* sV = sK + kWgStages * BK * D;    // [kWgStages][kNB][BK][64], MN-major for O += P V
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int wg = warp >> 2, w4 = warp & 3;
   const int b = blockIdx.z, h = blockIdx.y;
@@ -50,13 +55,18 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
   const int rows = min(BQ, p.Nq - i0);
   const int j_end = p.causal ? max(0, min(p.Nk, i0 + rows + p.Nk - p.Nq)) : p.Nk;
   const int nblocks = (j_end + BK - 1) / BK;
+  const auto load_kv = [&](int jb) {  // one cp.async group per key block (possibly empty, to keep the count)
+    if (jb < nblocks) {
+      const int j0 = jb * BK, cnt = min(BK, p.Nk - j0), st = jb % kWgStages;
+      load_sw128_async<BK, D>(sK + st * BK * D, p.k, b, j0, cnt, hk);
+      load_sw128_async<BK, D>(sV + st * BK * D, p.v, b, j0, cnt, hk);
+    }
+    cp_async_commit();
+  };
 
   load_sw128_async<BQ, D>(sQ, p.q, b, i0, rows, h);
-  if (nblocks > 0) {
-    load_sw128_async<BK, D>(sK, p.k, b, 0, min(BK, p.Nk), hk);
-    load_sw128_async<BK, D>(sV, p.v, b, 0, min(BK, p.Nk), hk);
-  }
-  cp_async_commit();
+  load_kv(0);  // group 0: Q, K0, V0
+  load_kv(1);
 
   const int r0 = wg * 64 + w4 * 16;  // this warp's 16 rows inside the CTA's 128
   const int row_a = i0 + r0 + g, row_b = row_a + 8;
@@ -68,25 +78,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
 #pragma unroll
     for (int e = 0; e < 32; ++e) o[nb][e] = 0.0f;
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
-
-  for (int jb = 0; jb < nblocks; ++jb) {
-    const int buf = jb & 1, j0 = jb * BK;
-    if (jb + 1 < nblocks) {
-      const int jn = j0 + BK, cnt = min(BK, p.Nk - jn);
-      load_sw128_async<BK, D>(sK + (buf ^ 1) * BK * D, p.k, b, jn, cnt, hk);
-      load_sw128_async<BK, D>(sV + (buf ^ 1) * BK * D, p.v, b, jn, cnt, hk);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    fence_async_smem();
-    __syncthreads();
-    const bf16_t* kt = sK + buf * BK * D;
-    const bf16_t* vt = sV + buf * BK * D;
-
-    // S = Q K^T for this warpgroup's 64 rows x 64 keys.
-    float s[32];
-#pragma unroll
-    for (int e = 0; e < 32; ++e) s[e] = 0.0f;
+  float s[32];
+  // S = Q K^T of key block jb (stage jb % kWgStages) for this warpgroup's 64 rows: issued, not waited for.
+  const auto issue_s = [&](int jb) {
+    const bf16_t* kt = sK + (jb % kWgStages) * BK * D;
     wg_fence();
 #pragma unroll
     for (int kb = 0; kb < kNB; ++kb)
@@ -94,16 +89,39 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
       for (int kin = 0; kin < 4; ++kin) {
         const uint64_t da = wg_desc_kmajor(sQ + kb * BQ * 64 + wg * 64 * 64 + kin * 16);
         const uint64_t db = wg_desc_kmajor(kt + kb * BK * 64 + kin * 16);
-        wgmma_ss_n64<0>(s, da, db, kb + kin > 0);
+        if (kb + kin == 0) wgmma_ss_n64_first(s, da, db);
+        else wgmma_ss_n64<0>(s, da, db, 1);
       }
     wg_commit();
-    wg_wait0();
+  };
 
-    // Mask, row max, fwdfix, online softmax: the same step as flash_fwd_tc_kernel.
+  if (nblocks > 0) {
+    cp_async_wait<1>();  // group 0
+    fence_async_smem();
+    __syncthreads();
+    issue_s(0);
+    wg_wait0();
+    fence_regs(s);
+  }
+  uint32_t pf[4][4];  // bf16(P) of the block whose P V is in flight (a wgmma operand until the next wait)
+  // One step per key block; kNext: S of block jb + 1 is issued beside P V of block jb. The last block is a
+  // separate instantiation so that every step has a static wgmma group count (ptxas then keeps them async).
+  const auto step = [&](int jb, auto next) {
+    constexpr bool kNext = decltype(next)::value;
+    const int j0 = jb * BK;
+    // Mask, row max, fwdfix, online softmax of block jb: the same step as flash_fwd_tc_kernel. Runs while
+    // P V of block jb - 1 is still on the tensor cores.
     float alpha_a, alpha_b;
-    uint32_t pf[4][4];
     const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
-    softmax_block<kTieFix>(p, s, need_mask, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+    softmax_block<kTieFix, false>(p, s, need_mask, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+    wg_wait0();  // P V of block jb - 1: o and pf are free
+    // Nothing below may move above the wait: the fences make the packing and the rescale depend on it. (pf is
+    // written only here, after the wait: an earlier pack, even into other variables, let the compiler put the
+    // new bf16(P) into the registers the in-flight P V was reading; seen in the PTX of v2.1's first try.)
+    fence_regs(s);
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
+    pack_p(s, pf);
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
@@ -113,7 +131,17 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
         o[nb][4 * j + 2] *= alpha_b;
         o[nb][4 * j + 3] *= alpha_b;
       }
-    // O += bf16(P) V, one 64-column block of D at a time, 16 keys per step.
+    if (kNext) {
+      // Block jb + 1 is loaded (its group was committed an iteration ago) and, after the barrier, stage
+      // (jb + 2) % 3 = (jb - 1) % 3 is free in both warpgroups (their P V of block jb - 1 has completed).
+      cp_async_wait<0>();
+      fence_async_smem();
+      __syncthreads();
+      load_kv(jb + 2);
+      issue_s(jb + 1);
+    }
+    // O += bf16(P) V of block jb, one 64-column block of D at a time, 16 keys per step.
+    const bf16_t* vt = sV + (jb % kWgStages) * BK * D;
     wg_fence();
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb)
@@ -123,9 +151,16 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
         wgmma_rs_n64<1>(o[nb], pf[kk], db, 1);
       }
     wg_commit();
-    wg_wait0();
-    __syncthreads();  // every warpgroup is done with this buffer before the next prefetch overwrites it
-  }
+    if (kNext) {
+      wg_wait1();      // S of block jb + 1 (P V of block jb may still run)
+      fence_regs(s);   // the next softmax reads s after the wait, not before
+    }
+  };
+  for (int jb = 0; jb + 1 < nblocks; ++jb) step(jb, std::true_type{});
+  if (nblocks > 0) step(nblocks - 1, std::false_type{});
+  wg_wait0();
+#pragma unroll
+  for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
   cp_async_wait<0>();
 
 #pragma unroll

@@ -43,8 +43,28 @@ __device__ inline uint64_t wg_desc_mnmajor(const void* smem, uint32_t n_block_by
 __device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ inline void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most one committed group is pending (the latest): the older groups are complete.
+__device__ inline void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 // Makes this thread's generic-proxy writes to shared memory (stores, cp.async) visible to wgmma's async proxy.
 __device__ inline void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Operand fences (the role of CUTLASS's warpgroup_fence_operand): an empty asm that reads and writes each
+// register, so the compiler keeps a wgmma's operands where they are until this point and moves no arithmetic on
+// them across it. Needed wherever a wgmma is still in flight after its asm statement has "returned": without
+// it the compiler may reuse the registers of an A operand (v2.1's first try: the next bf16(P) was written into
+// the registers the in-flight P V was reading, seen in the PTX) or hoist arithmetic on accumulators above a wait.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N, int M>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
 
 // d (64 x 64 FP32, 32 per thread) = / += A B, A and B from shared memory; kTnspB = 1: B is MN-major.
 // Accumulator layout per warp w of the warpgroup: rows 16 w + g (+8), n8 block j: d[4 j + e] at
@@ -61,6 +81,20 @@ __device__ inline void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, in
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(accumulate), "n"(kTnspB));
+}
+
+// d (64 x 64) = A B (no accumulation; d is write-only, so the compiler need not keep its old values live), A and B
+// from shared memory, both K-major.
+__device__ inline void wgmma_ss_n64_first(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+      "%28,%29,%30,%31}, %32, %33, 0, 1, 1, 0, 0;\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
+        "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]),
+        "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]),
+        "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+      : "l"(da), "l"(db));
 }
 
 // d (64 x 64) = / += A B with A from registers: each warp's 16 rows as the m16k16 A fragment of mma.sync.

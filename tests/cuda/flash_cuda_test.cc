@@ -54,14 +54,31 @@ void expect_matches_oracle_and_cpu(const VariantRun& gpu, const VariantRun& cpu,
 
 class CudaSweep : public ::testing::TestWithParam<test::Case> {};
 
+// An awkward case at the kernels' tiles (64 x 64): its state (seeded per test and size), the float64 oracle and
+// the CUDA fp32 run, the reference of the derived tolerances.
+struct SweepInputs {
+  AttentionState s;
+  OracleRun oracle;
+  VariantRun ref;
+};
+SweepInputs sweep_inputs(test::Case c, uint64_t seed) {
+  c.block_q = c.block_k = 64;
+  SweepInputs in{test::state_for(c, seed + c.Nq * 3 + c.Nk), {}, {}};
+  in.oracle = run_oracle(in.s);
+  in.ref = run_variant(in.s, test::params_for(Variant::kFp32), in.oracle, Device::kCuda);
+  return in;
+}
+#define GPROJ_REQUIRE_CUDA_HEAD_DIM(c) \
+  if ((c).D != 64 && (c).D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128"
+
 TEST_P(CudaSweep, EveryVariantMatchesOracleAndCpu) {
   GPROJ_REQUIRE_GPU();
-  test::Case c = GetParam();
-  c.block_q = c.block_k = 64;  // the kernels' tile sizes
-  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
-  const AttentionState s = test::state_for(c, 3000 + c.Nq * 3 + c.Nk);
-  const OracleRun oracle = run_oracle(s);
-  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  const test::Case c = GetParam();
+  GPROJ_REQUIRE_CUDA_HEAD_DIM(c);
+  const SweepInputs in = sweep_inputs(c, 3000);
+  const AttentionState& s = in.s;
+  const OracleRun& oracle = in.oracle;
+  const VariantRun& ref = in.ref;
   for (Variant v : all_variants()) {
     const VariantRun gpu = run_variant(s, test::params_for(v), oracle, Device::kCuda);
     const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
@@ -73,12 +90,12 @@ TEST_P(CudaSweep, EveryVariantMatchesOracleAndCpu) {
 // The experimental wide backward (FlashParams::cuda_backward_warps = 8) for the variants it serves.
 TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
   GPROJ_REQUIRE_GPU();
-  test::Case c = GetParam();
-  c.block_q = c.block_k = 64;
-  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
-  const AttentionState s = test::state_for(c, 5000 + c.Nq * 3 + c.Nk);
-  const OracleRun oracle = run_oracle(s);
-  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  const test::Case c = GetParam();
+  GPROJ_REQUIRE_CUDA_HEAD_DIM(c);
+  const SweepInputs in = sweep_inputs(c, 5000);
+  const AttentionState& s = in.s;
+  const OracleRun& oracle = in.oracle;
+  const VariantRun& ref = in.ref;
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
     FlashParams p = test::params_for(v);
     p.cuda_backward_warps = 8;
@@ -92,12 +109,12 @@ TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
 // third of a BF16 rounding of the CPU emulator; LSE as close as the FP32 variant's.
 TEST_P(CudaSweep, WgmmaForwardMatchesOracleAndCpu) {
   GPROJ_REQUIRE_GPU();
-  test::Case c = GetParam();
-  c.block_q = c.block_k = 64;
-  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
-  const AttentionState s = test::state_for(c, 7000 + c.Nq * 3 + c.Nk);
-  const OracleRun oracle = run_oracle(s);
-  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  const test::Case c = GetParam();
+  GPROJ_REQUIRE_CUDA_HEAD_DIM(c);
+  const SweepInputs in = sweep_inputs(c, 7000);
+  const AttentionState& s = in.s;
+  const OracleRun& oracle = in.oracle;
+  const VariantRun& ref = in.ref;
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix, Variant::kGproj}) {
     FlashParams p = test::params_for(v);
     p.cuda_wgmma_forward = true;
@@ -133,12 +150,12 @@ TEST(Cuda, StressSuiteBars) {
 // are well conditioned and the GPU and CPU differ only by FP32 summation order).
 TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
   GPROJ_REQUIRE_GPU();
-  test::Case c = GetParam();
-  c.block_q = c.block_k = 64;
-  if (c.D != 64 && c.D != 128) GTEST_SKIP() << "CUDA kernels support D = 64, 128";
-  const AttentionState s = test::state_for(c, 9000 + c.Nq * 3 + c.Nk);
-  const OracleRun oracle = run_oracle(s);
-  const VariantRun ref = run_variant(s, test::params_for(Variant::kFp32), oracle, Device::kCuda);
+  const test::Case c = GetParam();
+  GPROJ_REQUIRE_CUDA_HEAD_DIM(c);
+  const SweepInputs in = sweep_inputs(c, 9000);
+  const AttentionState& s = in.s;
+  const OracleRun& oracle = in.oracle;
+  const VariantRun& ref = in.ref;
   const FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
   const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda), cpu = run_variant(s, p, oracle, Device::kCpu);
   expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank");

@@ -117,13 +117,16 @@ int main(int argc, char** argv) {
           int backward_warps;
           bool wgmma_forward;
           bool row_stats = false;  // the audit's r_i, s_i (the main kernel's kStats form): only with --only
+          bool wgmma_backward = false;  // the experimental wgmma backward (D = 64 only)
         };
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4, false},
                                   Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, true},
                                   Config{"gproj", Variant::kGproj, Projection::kPWeighted, 4, false},
                                   Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4, false},
-                                  Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true}}) {
+                                  Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true},
+                                  Config{"base-wgbwd", Variant::kBaseline, Projection::kNone, 4, false, false, true}}) {
           if (only.empty() ? cfg.row_stats : only != cfg.label) continue;
+          if (cfg.wgmma_backward && D != 64) continue;
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
           p.params.cuda_backward_warps = cfg.backward_warps;
           p.params.cuda_wgmma_forward = cfg.wgmma_forward;
           p.row_stats = cfg.row_stats;
+          p.params.cuda_backward_wgmma = cfg.wgmma_backward;
           p.params.causal = causal;
           void* ws;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));

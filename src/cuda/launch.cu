@@ -11,6 +11,7 @@
 #include "cuda/flash_bwd_tc.cuh"
 #include "cuda/flash_fwd.cuh"
 #include "cuda/flash_fwd_tc.cuh"
+#include "cuda/flash_bwd_wg.cuh"
 #include "cuda/flash_fwd_wg.cuh"
 #include "cuda/projection_tc.cuh"
 #include "gproj/cuda/attention_cuda.h"
@@ -402,8 +403,20 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     return last_error("backward dK/dV postprocess");
   }
   const bool wide = p.params.cuda_backward_warps == 8;
-  Status s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
-                       : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);
+  Status s;
+  if (p.params.cuda_backward_wgmma) {  // experimental v3.0: refused, not rerouted, where it does not apply
+    const Variant v = p.params.variant;
+    if (p.D != 64 || !(v == Variant::kBaseline || v == Variant::kFwdfix) || det || p.row_stats || !tc || wide) {
+      return fail(ErrorCode::kUnsupported,
+                  "cuda_backward_wgmma (experimental) serves D = 64, variants baseline and fwdfix, 16-byte aligned rows, "
+                  "without deterministic mode, row statistics or the wide backward");
+    }
+    s = launch(detail::flash_bwd_wg_kernel<64>, dim3((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B),
+               detail::bwd_wg_smem_bytes<64>(), st, kp, "backward main, wgmma", detail::kWgThreads);
+  } else {
+    s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
+                  : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);
+  }
   if (!s.ok) return s;
   if (pweighted) {
     detail::bwd_postprocess_dq_kernel<true><<<qgrid, kPost, 0, st>>>(kp);

@@ -105,6 +105,22 @@ TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
   }
 }
 
+// The experimental wgmma backward (FlashParams::cuda_backward_wgmma, D = 64, baseline and fwdfix): the same
+// oracle and CPU agreement as the default kernels; other requests are refused with kUnsupported.
+TEST_P(CudaSweep, WgmmaBackwardMatchesOracleAndCpu) {
+  GPROJ_REQUIRE_GPU();
+  const test::Case c = GetParam();
+  if (c.D != 64) GTEST_SKIP() << "the wgmma backward v3.0 serves D = 64";
+  const SweepInputs in = sweep_inputs(c, 11000);
+  for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
+    FlashParams p = test::params_for(v);
+    p.cuda_backward_wgmma = true;
+    const VariantRun gpu = run_variant(in.s, p, in.oracle, Device::kCuda);
+    const VariantRun cpu = run_variant(in.s, test::params_for(v), in.oracle, Device::kCpu);
+    expect_matches_oracle_and_cpu(gpu, cpu, in.ref, in.oracle, kBackward, std::string("wgmma bwd ") + variant_name(v));
+  }
+}
+
 // The experimental wgmma forward (FlashParams::cuda_wgmma_forward): O within the derived tolerance and within a
 // third of a BF16 rounding of the CPU emulator; LSE as close as the FP32 variant's.
 TEST_P(CudaSweep, WgmmaForwardMatchesOracleAndCpu) {

@@ -1,0 +1,194 @@
+// CUDA backward v3.0 (experimental, FlashParams::cuda_backward_wgmma; D = 64; baseline and fwdfix): the v1
+// backward's products on Hopper wgmma, per docs/design-wgmma-backward.md. One CTA = two warpgroups over 128 keys
+// (warpgroup w owns keys j0 + 64 w ..), query blocks of 64 double-buffered with cp.async in 128B-swizzled
+// tiles. Per query block and warpgroup: S^T = K Q^T and dP^T = V dO^T (SS, K-major), P^T and dS^T in the
+// accumulator layout with the B4 rounding into register A fragments, dV += P^T dO and dK += dS^T Q (RS, B
+// MN-major), bf16(dS) transposed into shared memory, and dQ += dS K over the warpgroup's 64 keys (SS; the two
+// warpgroups' partial sums go to dQacc with FP32 atomics, as v1's per-key-block partials). Phases are
+// synchronous in this first version (every wgmma group is waited for before its operands change). Same rounding
+// points and the same per-element arithmetic as flash_bwd_tc.cuh. Needs sm_90a; exercised by
+// tests/cuda/flash_cuda_test.cc (WgmmaBackward*).
+#pragma once
+
+#include "cuda/flash_bwd_tc.cuh"  // RowInputs, atomic_add2, visible
+#include "cuda/flash_fwd_wg.cuh"  // load_sw128_async, kWgThreads
+#include "cuda/kernel_common.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace gproj::cuda::detail {
+
+constexpr int kWgBwdKeys = 128, kWgBwdRows = 64;
+
+template <int D>
+constexpr size_t bwd_wg_smem_bytes() {
+  // K, V (128 keys) | Q, dO (2 stages x 64 rows) | bf16(dS) (64 rows x 128 keys) | LSE, delta (2 stages x 64)
+  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 4 * kWgBwdRows * D + kWgBwdRows * kWgBwdKeys) +
+         sizeof(float) * 4 * kWgBwdRows + 1024;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const KernelParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(D == 64, "v3.0 holds dK, dV, S, dP and dQ accumulators for D = 64 only");
+  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  bf16_t* sK = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [BK][64]
+  bf16_t* sV = sK + BK * D;                                                               // [BK][64]
+  bf16_t* sQ = sV + BK * D;                                                               // [2][BQ][64]
+  bf16_t* sdO = sQ + 2 * BQ * D;                                                          // [2][BQ][64]
+  bf16_t* sdS = sdO + 2 * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
+  float* sL = reinterpret_cast<float*>(sdS + BQ * BK);  // [2][BQ] LSE
+  float* sDl = sL + 2 * BQ;                             // [2][BQ] delta
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int wg = warp >> 2, w4 = warp & 3;
+  const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
+  const int hk = h / (p.H / p.Hkv);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
+  const int kcount = min(BK, p.Nk - j0);
+
+  const auto load_q = [&](int qb) {  // Q, dO of query block qb into stage qb & 1, as one cp.async group
+    if (qb < nqb) {
+      const int i0 = qb * BQ, cnt = min(BQ, p.Nq - i0), st = qb & 1;
+      load_sw128_async<BQ, D>(sQ + st * BQ * D, p.q, b, i0, cnt, h);
+      load_sw128_async<BQ, D>(sdO + st * BQ * D, p.dout, b, i0, cnt, h);
+    }
+    cp_async_commit();
+  };
+  load_sw128_async<BK, D>(sK, p.k, b, j0, kcount, hk);
+  load_sw128_async<BK, D>(sV, p.v, b, j0, kcount, hk);
+  load_q(qb0);  // group 0: K, V, Q and dO of the first block
+
+  // This thread's keys (accumulator rows) and their dK, dV accumulators (64 keys x 64 per warpgroup).
+  const int key_a = j0 + wg * 64 + w4 * 16 + g, key_b = key_a + 8;
+  float dk[32], dv[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) dk[e] = dv[e] = 0.0f;
+  const bf16_t* kw = sK + wg * 64 * 64;  // this warpgroup's 64 keys (1024-byte aligned: 64 rows of 128 bytes)
+  const bf16_t* vw = sV + wg * 64 * 64;
+
+  for (int qb = qb0; qb < nqb; ++qb) {
+    const int st = qb & 1, i0 = qb * BQ;
+    load_q(qb + 1);
+    if (threadIdx.x < BQ) {  // LSE and delta of the block's rows (0 past Nq; those columns are masked)
+      const int i = i0 + threadIdx.x;
+      sL[st * BQ + threadIdx.x] = i < p.Nq ? p.lse[bh * p.Nq + i] : 0.0f;
+      sDl[st * BQ + threadIdx.x] = i < p.Nq ? p.delta[bh * p.Nq + i] : 0.0f;
+    }
+    cp_async_wait<1>();  // the group of block qb
+    fence_async_smem();
+    __syncthreads();
+    const bf16_t* qt = sQ + st * BQ * D;
+    const bf16_t* ot = sdO + st * BQ * D;
+
+    // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys x the 64 queries.
+    float s[32], dp[32];
+    wg_fence();
+#pragma unroll
+    for (int kin = 0; kin < 4; ++kin) {
+      const uint64_t dq_desc = wg_desc_kmajor(qt + kin * 16), do_desc = wg_desc_kmajor(ot + kin * 16);
+      if (kin == 0) {
+        wgmma_ss_n64_first(s, wg_desc_kmajor(kw), dq_desc);
+        wgmma_ss_n64_first(dp, wg_desc_kmajor(vw), do_desc);
+      } else {
+        wgmma_ss_n64<0>(s, wg_desc_kmajor(kw + kin * 16), dq_desc, 1);
+        wgmma_ss_n64<0>(dp, wg_desc_kmajor(vw + kin * 16), do_desc, 1);
+      }
+    }
+    wg_commit();
+    wg_wait0();
+    fence_regs(s);
+    fence_regs(dp);
+
+    // P^T = exp(scale S - LSE_q), dS^T = P^T (dP^T - delta_q), masked; B4 into A fragments (rows = keys,
+    // k = queries: the accumulator-to-fragment identity of the forward's P) and bf16(dS) into sdS transposed.
+    const float sl2 = p.scale * kLog2e;
+    uint32_t pf[4][4], dsf[4][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      float pv[4], dsv[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ql = n * 8 + 2 * tq + (e & 1), q = i0 + ql;
+        const int key = e < 2 ? key_a : key_b;
+        const float L = sL[st * BQ + ql];
+        const bool vis = q < p.Nq && key < p.Nk && key <= last_visible(p, q) && L != neg_inf();
+        const float x = vis ? fast_exp2(s[4 * n + e] * sl2 - L * kLog2e) : 0.0f;
+        pv[e] = x;
+        dsv[e] = x * (dp[4 * n + e] - sDl[st * BQ + ql]);
+      }
+      pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
+      pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
+      const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
+      dsf[n >> 1][(n & 1) * 2] = da;
+      dsf[n >> 1][(n & 1) * 2 + 1] = db;
+      // sdS[query][key]: block wg of 64 keys, row = query, column = the key within the block.
+      const int kl_a = w4 * 16 + g, ql0 = n * 8 + 2 * tq;
+      bf16_t* blk = sdS + wg * BQ * 64;
+      blk[sw128_offset(ql0, kl_a, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(da & 0xffff));
+      blk[sw128_offset(ql0 + 1, kl_a, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(da >> 16));
+      blk[sw128_offset(ql0, kl_a + 8, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(db & 0xffff));
+      blk[sw128_offset(ql0 + 1, kl_a + 8, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(db >> 16));
+    }
+
+    // dV += bf16(P^T) dO and dK += bf16(dS^T) Q: A from registers, B = dO, Q with K = queries (MN-major).
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      wgmma_rs_n64<1>(dv, pf[kk], wg_desc_mnmajor(ot + kk * 16 * 64, BQ * 128), 1);
+      wgmma_rs_n64<1>(dk, dsf[kk], wg_desc_mnmajor(qt + kk * 16 * 64, BQ * 128), 1);
+    }
+    wg_commit();
+    fence_async_smem();  // sdS written by plain stores, read next by wgmma
+    __syncthreads();
+
+    // dQ (64 queries x 64) += bf16(dS) K over this warpgroup's 64 keys: A = sdS block wg (K-major),
+    // B = K rows of the warpgroup (K = keys, N = D: MN-major).
+    float dqa[32];
+#pragma unroll
+    for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
+    wg_fence();
+#pragma unroll
+    for (int kin = 0; kin < 4; ++kin) {
+      wgmma_ss_n64<1>(dqa, wg_desc_kmajor(sdS + wg * BQ * 64 + kin * 16), wg_desc_mnmajor(kw + kin * 16 * 64, BK * 128),
+                      1);
+    }
+    wg_commit();
+    wg_wait0();  // dV, dK and dQ products: pf, dsf, sdS, the Q/dO stage are free again
+    fence_regs(dqa);
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(pf);
+    fence_regs(dsf);
+    const int row_a = i0 + w4 * 16 + g, row_b = row_a + 8;  // dQ accumulator rows (queries)
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int col = n * 8 + 2 * tq;
+      if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
+      if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
+    }
+    __syncthreads();  // sdS and the stage are rewritten by the next block
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int j = half ? key_b : key_a;
+    if (j >= p.Nk) continue;
+    float* dka = p.dk_acc + (bh * p.Nk + j) * D;
+    float* dva = p.dv_acc + (bh * p.Nk + j) * D;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int col = n * 8 + 2 * tq;
+      *reinterpret_cast<float2*>(dka + col) = make_float2(dk[4 * n + 2 * half], dk[4 * n + 2 * half + 1]);
+      *reinterpret_cast<float2*>(dva + col) = make_float2(dv[4 * n + 2 * half], dv[4 * n + 2 * half + 1]);
+    }
+  }
+#else
+  __trap();  // built without sm_90a: the launch file never selects this kernel then
+#endif
+}
+
+}  // namespace gproj::cuda::detail

@@ -259,6 +259,20 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
     EXPECT_NE(std::string(e.what()).find("D = 32"), std::string::npos) << e.what();
   }
+  // The experimental wgmma backward is refused, not rerouted, where it does not apply (here D = 128).
+  test::Case c128{64, 64, 2, 2, 128, false, 64, 64};
+  const AttentionState s128 = test::state_for(c128, 2);
+  FlashParams q = test::params_for(Variant::kBaseline);
+  const ForwardResult f = attention_forward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), q);
+  q.cuda_backward_wgmma = true;
+  try {
+    attention_backward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), f.o.view(), f.o_fp32.view(),
+                       f.lse.view(), s128.dout.view(), q);
+    ADD_FAILURE() << "cuda_backward_wgmma at D = 128 was expected to be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda_backward_wgmma"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

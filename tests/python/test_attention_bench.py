@@ -16,8 +16,8 @@ def test_smoke_run_writes_a_report(tmp_path):
     report = json.loads(out.read_text())
     assert {"date_utc", "command", "torch", "gproj"} <= set(report["env"])
     impls = {r["impl"] for r in report["results"]}
-    assert impls == {"gproj-baseline", "gproj-fwdfix", "gproj-gproj", "sdpa-math"}
+    assert impls == {"gproj-baseline", "gproj-fwdfix", "gproj-gproj", "gproj-pweighted", "sdpa-math"}
     for r in report["results"]:
         assert "error" not in r, r
         assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0
-    assert any("gproj_bwd_overhead" in r for r in report["results"])
+    assert {r["impl"] for r in report["results"] if "gproj_bwd_overhead" in r} == {"gproj-gproj", "gproj-pweighted"}

@@ -331,12 +331,15 @@ constexpr size_t dk_sweep_smem_bytes() {
 // workspace regions are 16-byte aligned, the output 8-byte aligned: launch.cu checks).
 template <bool kPWeighted>
 __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
-  const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
-  const int64_t total = static_cast<int64_t>(p.B) * p.Nq * p.H * p.D;
-  if (idx >= total) return;
-  const int d = static_cast<int>(idx % p.D), h = static_cast<int>((idx / p.D) % p.H);
-  const int i = static_cast<int>((idx / (static_cast<int64_t>(p.D) * p.H)) % p.Nq);
-  const int b = static_cast<int>(idx / (static_cast<int64_t>(p.D) * p.H * p.Nq));
+  // 32-bit index arithmetic: launch.cu refuses problems of 2^31 elements or more (64-bit divisions cost more
+  // than the memory traffic of this kernel).
+  const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
+  if (idx >= static_cast<uint32_t>(p.B) * p.Nq * p.H * p.D) return;
+  uint32_t rest = idx / p.D;
+  const int d = static_cast<int>(idx - rest * p.D);
+  const int h = static_cast<int>(rest % p.H);
+  rest /= p.H;
+  const int i = static_cast<int>(rest % p.Nq), b = static_cast<int>(rest / p.Nq);
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   float4 x = *reinterpret_cast<const float4*>(p.dq_acc + row * p.D + d);
   if (kPWeighted) {
@@ -360,12 +363,13 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // of its first visible row (src/cuda/projection_tc.cuh).
 template <bool kSuffix>
 __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
-  const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
-  const int64_t total = static_cast<int64_t>(p.B) * p.Nk * p.Hkv * p.D;
-  if (idx >= total) return;
-  const int d = static_cast<int>(idx % p.D), hk = static_cast<int>((idx / p.D) % p.Hkv);
-  const int j = static_cast<int>((idx / (static_cast<int64_t>(p.D) * p.Hkv)) % p.Nk);
-  const int b = static_cast<int>(idx / (static_cast<int64_t>(p.D) * p.Hkv * p.Nk));
+  const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;  // 32-bit: as bwd_postprocess_dq_kernel
+  if (idx >= static_cast<uint32_t>(p.B) * p.Nk * p.Hkv * p.D) return;
+  uint32_t rest = idx / p.D;
+  const int d = static_cast<int>(idx - rest * p.D);
+  const int hk = static_cast<int>(rest % p.Hkv);
+  rest /= p.Hkv;
+  const int j = static_cast<int>(rest % p.Nk), b = static_cast<int>(rest / p.Nk);
   const int group = p.H / p.Hkv;
   const int first = p.causal ? max(0, j - (p.Nk - p.Nq)) : 0;  // the first row that sees key j
   float4 dk = make_float4(0.0f, 0.0f, 0.0f, 0.0f), dv = dk;

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
           int backward_warps;
           bool wgmma_forward;
           bool row_stats = false;  // the audit's r_i, s_i (the main kernel's kStats form): only with --only
-          bool wgmma_backward = false;  // the experimental wgmma backward (D = 64 only)
+          bool wgmma_backward = false;  // the experimental wgmma backward
         };
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4, false},
                                   Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, true},
@@ -126,7 +126,6 @@ int main(int argc, char** argv) {
                                   Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true},
                                   Config{"base-wgbwd", Variant::kBaseline, Projection::kNone, 4, false, false, true}}) {
           if (only.empty() ? cfg.row_stats : only != cfg.label) continue;
-          if (cfg.wgmma_backward && D != 64) continue;
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;

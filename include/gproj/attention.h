@@ -61,7 +61,7 @@ struct FlashParams {
   int cuda_backward_warps = 4;         // CUDA, experimental: 8 = the wide backward (128 keys per CTA) for the
                                        // variants without a projection; 4 = the default kernel
   bool cuda_backward_wgmma = false;    // CUDA, experimental: the wgmma (sm_90a) backward of flash_bwd_wg.cuh,
-                                       // D = 64, baseline and fwdfix; other requests are refused, not rerouted
+                                       // baseline and fwdfix; other requests are refused, not rerouted
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };

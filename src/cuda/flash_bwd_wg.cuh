@@ -1,4 +1,4 @@
-// CUDA backward v3.0 (experimental, FlashParams::cuda_backward_wgmma; D = 64; baseline and fwdfix): the v1
+// CUDA backward v3.0 (experimental, FlashParams::cuda_backward_wgmma; D = 64, 128; baseline and fwdfix): the v1
 // backward's products on Hopper wgmma, per docs/design-wgmma-backward.md. One CTA = two warpgroups over 128 keys
 // (warpgroup w owns keys j0 + 64 w ..), query blocks of 64 double-buffered with cp.async in 128B-swizzled
 // tiles. Per query block and warpgroup: S^T = K Q^T and dP^T = V dO^T (SS, K-major), P^T and dS^T in the
@@ -30,14 +30,15 @@ constexpr size_t bwd_wg_smem_bytes() {
 template <int D>
 __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(D == 64, "v3.0 holds dK, dV, S, dP and dQ accumulators for D = 64 only");
-  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows;
+  static_assert(D == 64 || D == 128, "tiles are 64-column blocks; registers hold dK, dV for D <= 128");
+  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
-  bf16_t* sK = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [BK][64]
-  bf16_t* sV = sK + BK * D;                                                               // [BK][64]
-  bf16_t* sQ = sV + BK * D;                                                               // [2][BQ][64]
-  bf16_t* sdO = sQ + 2 * BQ * D;                                                          // [2][BQ][64]
+  // Tiles [D/64][rows][64], 128B-swizzled (wgmma.cuh): one layout serves as K-major and as MN-major operand.
+  bf16_t* sK = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BK][64]
+  bf16_t* sV = sK + BK * D;                                                               // [kNB][BK][64]
+  bf16_t* sQ = sV + BK * D;                                                               // [2][kNB][BQ][64]
+  bf16_t* sdO = sQ + 2 * BQ * D;                                                          // [2][kNB][BQ][64]
   bf16_t* sdS = sdO + 2 * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
   float* sL = reinterpret_cast<float*>(sdS + BQ * BK);  // [2][BQ] LSE
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta
@@ -62,13 +63,16 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
   load_sw128_async<BK, D>(sV, p.v, b, j0, kcount, hk);
   load_q(qb0);  // group 0: K, V, Q and dO of the first block
 
-  // This thread's keys (accumulator rows) and their dK, dV accumulators (64 keys x 64 per warpgroup).
+  // This thread's keys (accumulator rows) and their dK, dV accumulators (64 keys x D per warpgroup).
   const int key_a = j0 + wg * 64 + w4 * 16 + g, key_b = key_a + 8;
-  float dk[32], dv[32];
+  float dk[kNB][32], dv[kNB][32];
 #pragma unroll
-  for (int e = 0; e < 32; ++e) dk[e] = dv[e] = 0.0f;
-  const bf16_t* kw = sK + wg * 64 * 64;  // this warpgroup's 64 keys (1024-byte aligned: 64 rows of 128 bytes)
-  const bf16_t* vw = sV + wg * 64 * 64;
+  for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) dk[nb][e] = dv[nb][e] = 0.0f;
+  // This warpgroup's 64 keys in column block kb (1024-byte aligned: 64 rows of 128 bytes).
+  const auto kw = [&](int kb) { return sK + kb * BK * 64 + wg * 64 * 64; };
+  const auto vw = [&](int kb) { return sV + kb * BK * 64 + wg * 64 * 64; };
 
   for (int qb = qb0; qb < nqb; ++qb) {
     const int st = qb & 1, i0 = qb * BQ;
@@ -88,16 +92,19 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
     float s[32], dp[32];
     wg_fence();
 #pragma unroll
-    for (int kin = 0; kin < 4; ++kin) {
-      const uint64_t dq_desc = wg_desc_kmajor(qt + kin * 16), do_desc = wg_desc_kmajor(ot + kin * 16);
-      if (kin == 0) {
-        wgmma_ss_n64_first(s, wg_desc_kmajor(kw), dq_desc);
-        wgmma_ss_n64_first(dp, wg_desc_kmajor(vw), do_desc);
-      } else {
-        wgmma_ss_n64<0>(s, wg_desc_kmajor(kw + kin * 16), dq_desc, 1);
-        wgmma_ss_n64<0>(dp, wg_desc_kmajor(vw + kin * 16), do_desc, 1);
+    for (int kb = 0; kb < kNB; ++kb)
+#pragma unroll
+      for (int kin = 0; kin < 4; ++kin) {
+        const uint64_t q_desc = wg_desc_kmajor(qt + kb * BQ * 64 + kin * 16);
+        const uint64_t o_desc = wg_desc_kmajor(ot + kb * BQ * 64 + kin * 16);
+        if (kb + kin == 0) {
+          wgmma_ss_n64_first(s, wg_desc_kmajor(kw(0)), q_desc);
+          wgmma_ss_n64_first(dp, wg_desc_kmajor(vw(0)), o_desc);
+        } else {
+          wgmma_ss_n64<0>(s, wg_desc_kmajor(kw(kb) + kin * 16), q_desc, 1);
+          wgmma_ss_n64<0>(dp, wg_desc_kmajor(vw(kb) + kin * 16), o_desc, 1);
+        }
       }
-    }
     wg_commit();
     wg_wait0();
     fence_regs(s);
@@ -137,38 +144,48 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
     // dV += bf16(P^T) dO and dK += bf16(dS^T) Q: A from registers, B = dO, Q with K = queries (MN-major).
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      wgmma_rs_n64<1>(dv, pf[kk], wg_desc_mnmajor(ot + kk * 16 * 64, BQ * 128), 1);
-      wgmma_rs_n64<1>(dk, dsf[kk], wg_desc_mnmajor(qt + kk * 16 * 64, BQ * 128), 1);
-    }
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_rs_n64<1>(dv[nb], pf[kk], wg_desc_mnmajor(ot + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
+        wgmma_rs_n64<1>(dk[nb], dsf[kk], wg_desc_mnmajor(qt + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
+      }
     wg_commit();
     fence_async_smem();  // sdS written by plain stores, read next by wgmma
     __syncthreads();
 
-    // dQ (64 queries x 64) += bf16(dS) K over this warpgroup's 64 keys: A = sdS block wg (K-major),
-    // B = K rows of the warpgroup (K = keys, N = D: MN-major).
-    float dqa[32];
+    wg_wait0();  // dV, dK: pf and dsf are free (their registers may hold the dQ accumulators next)
 #pragma unroll
-    for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
-    wg_fence();
-#pragma unroll
-    for (int kin = 0; kin < 4; ++kin) {
-      wgmma_ss_n64<1>(dqa, wg_desc_kmajor(sdS + wg * BQ * 64 + kin * 16), wg_desc_mnmajor(kw + kin * 16 * 64, BK * 128),
-                      1);
+    for (int nb = 0; nb < kNB; ++nb) {
+      fence_regs(dv[nb]);
+      fence_regs(dk[nb]);
     }
-    wg_commit();
-    wg_wait0();  // dV, dK and dQ products: pf, dsf, sdS, the Q/dO stage are free again
-    fence_regs(dqa);
-    fence_regs(dv);
-    fence_regs(dk);
     fence_regs(pf);
     fence_regs(dsf);
+
+    // dQ (64 queries x D) += bf16(dS) K over this warpgroup's 64 keys, one 64-column block of D at a time:
+    // A = sdS block wg (K-major), B = the warpgroup's K rows (K = keys, N = D: MN-major).
     const int row_a = i0 + w4 * 16 + g, row_b = row_a + 8;  // dQ accumulator rows (queries)
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const int col = n * 8 + 2 * tq;
-      if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
-      if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
+    for (int nb = 0; nb < kNB; ++nb) {
+      float dqa[32];
+#pragma unroll
+      for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
+      wg_fence();
+#pragma unroll
+      for (int kin = 0; kin < 4; ++kin) {
+        wgmma_ss_n64<1>(dqa, wg_desc_kmajor(sdS + wg * BQ * 64 + kin * 16),
+                        wg_desc_mnmajor(kw(nb) + kin * 16 * 64, BK * 128), 1);
+      }
+      wg_commit();
+      wg_wait0();
+      fence_regs(dqa);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const int col = nb * 64 + n * 8 + 2 * tq;
+        if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
+        if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
+      }
     }
     __syncthreads();  // sdS and the stage are rewritten by the next block
   }
@@ -180,11 +197,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
     float* dka = p.dk_acc + (bh * p.Nk + j) * D;
     float* dva = p.dv_acc + (bh * p.Nk + j) * D;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const int col = n * 8 + 2 * tq;
-      *reinterpret_cast<float2*>(dka + col) = make_float2(dk[4 * n + 2 * half], dk[4 * n + 2 * half + 1]);
-      *reinterpret_cast<float2*>(dva + col) = make_float2(dv[4 * n + 2 * half], dv[4 * n + 2 * half + 1]);
-    }
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const int col = nb * 64 + n * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(dka + col) = make_float2(dk[nb][4 * n + 2 * half], dk[nb][4 * n + 2 * half + 1]);
+        *reinterpret_cast<float2*>(dva + col) = make_float2(dv[nb][4 * n + 2 * half], dv[nb][4 * n + 2 * half + 1]);
+      }
   }
 #else
   __trap();  // built without sm_90a: the launch file never selects this kernel then

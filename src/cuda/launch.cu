@@ -363,6 +363,16 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   kp.dk = static_cast<__nv_bfloat16*>(dk.data);
   kp.dv = static_cast<__nv_bfloat16*>(dv.data);
   const auto st = static_cast<cudaStream_t>(stream);
+  const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
+  if (p.params.cuda_backward_wgmma) {  // experimental v3.0: refused, not rerouted, where it does not apply
+    const Variant var = p.params.variant;
+    if (!(var == Variant::kBaseline || var == Variant::kFwdfix) || p.params.deterministic || p.row_stats || !tc ||
+        p.params.cuda_backward_warps != 4) {
+      return fail(ErrorCode::kUnsupported,
+                  "cuda_backward_wgmma (experimental) serves variants baseline and fwdfix with 16-byte aligned rows, "
+                  "without deterministic mode, row statistics or the wide backward");
+    }
+  }
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
       return fail(ErrorCode::kInvalidArgument, std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
@@ -381,7 +391,6 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   }
   constexpr int kPost = 256;
   const int64_t rows = p.B * p.H * p.Nq;
-  const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
   if (!fp32 && rows_aligned(o) && rows_aligned(dout)) {
     const auto grid = static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows);
     if (p.D == 64) detail::bwd_preprocess_vec_kernel<64><<<grid, detail::kPreThreads, 0, st>>>(kp);
@@ -404,15 +413,12 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   }
   const bool wide = p.params.cuda_backward_warps == 8;
   Status s;
-  if (p.params.cuda_backward_wgmma) {  // experimental v3.0: refused, not rerouted, where it does not apply
-    const Variant v = p.params.variant;
-    if (p.D != 64 || !(v == Variant::kBaseline || v == Variant::kFwdfix) || det || p.row_stats || !tc || wide) {
-      return fail(ErrorCode::kUnsupported,
-                  "cuda_backward_wgmma (experimental) serves D = 64, variants baseline and fwdfix, 16-byte aligned rows, "
-                  "without deterministic mode, row statistics or the wide backward");
-    }
-    s = launch(detail::flash_bwd_wg_kernel<64>, dim3((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B),
-               detail::bwd_wg_smem_bytes<64>(), st, kp, "backward main, wgmma", detail::kWgThreads);
+  if (p.params.cuda_backward_wgmma) {  // experimental v3.0 (checked above)
+    const dim3 grid((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B);
+    s = p.D == 64 ? launch(detail::flash_bwd_wg_kernel<64>, grid, detail::bwd_wg_smem_bytes<64>(), st, kp,
+                           "backward main, wgmma", detail::kWgThreads)
+                  : launch(detail::flash_bwd_wg_kernel<128>, grid, detail::bwd_wg_smem_bytes<128>(), st, kp,
+                           "backward main, wgmma", detail::kWgThreads);
   } else {
     s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
                   : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);

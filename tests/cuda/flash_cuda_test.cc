@@ -105,12 +105,12 @@ TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
   }
 }
 
-// The experimental wgmma backward (FlashParams::cuda_backward_wgmma, D = 64, baseline and fwdfix): the same
-// oracle and CPU agreement as the default kernels; other requests are refused with kUnsupported.
+// The experimental wgmma backward (FlashParams::cuda_backward_wgmma, baseline and fwdfix): the same oracle and
+// CPU agreement as the default kernels; other requests are refused with kUnsupported.
 TEST_P(CudaSweep, WgmmaBackwardMatchesOracleAndCpu) {
   GPROJ_REQUIRE_GPU();
   const test::Case c = GetParam();
-  if (c.D != 64) GTEST_SKIP() << "the wgmma backward v3.0 serves D = 64";
+  GPROJ_REQUIRE_CUDA_HEAD_DIM(c);
   const SweepInputs in = sweep_inputs(c, 11000);
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
     FlashParams p = test::params_for(v);
@@ -259,16 +259,16 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
     EXPECT_NE(std::string(e.what()).find("D = 32"), std::string::npos) << e.what();
   }
-  // The experimental wgmma backward is refused, not rerouted, where it does not apply (here D = 128).
+  // The experimental wgmma backward is refused, not rerouted, where it does not apply (here the gproj variant).
   test::Case c128{64, 64, 2, 2, 128, false, 64, 64};
   const AttentionState s128 = test::state_for(c128, 2);
-  FlashParams q = test::params_for(Variant::kBaseline);
+  FlashParams q = test::params_for(Variant::kGproj);
   const ForwardResult f = attention_forward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), q);
   q.cuda_backward_wgmma = true;
   try {
     attention_backward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), f.o.view(), f.o_fp32.view(),
                        f.lse.view(), s128.dout.view(), q);
-    ADD_FAILURE() << "cuda_backward_wgmma at D = 128 was expected to be refused";
+    ADD_FAILURE() << "cuda_backward_wgmma with the gproj variant was expected to be refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda_backward_wgmma"), std::string::npos) << e.what();

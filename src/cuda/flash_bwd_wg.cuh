@@ -10,7 +10,7 @@
 // tests/cuda/flash_cuda_test.cc (WgmmaBackward*).
 #pragma once
 
-#include "cuda/flash_bwd_tc.cuh"  // RowInputs, atomic_add2, visible
+#include "cuda/flash_bwd_tc.cuh"  // atomic_add2, store_dk_dv
 #include "cuda/flash_fwd_wg.cuh"  // load_sw128_async, kWgThreads
 #include "cuda/kernel_common.cuh"
 #include "cuda/mma.cuh"
@@ -190,21 +190,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
     __syncthreads();  // sdS and the stage are rewritten by the next block
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int j = half ? key_b : key_a;
-    if (j >= p.Nk) continue;
-    float* dka = p.dk_acc + (bh * p.Nk + j) * D;
-    float* dva = p.dv_acc + (bh * p.Nk + j) * D;
-#pragma unroll
-    for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const int col = nb * 64 + n * 8 + 2 * tq;
-        *reinterpret_cast<float2*>(dka + col) = make_float2(dk[nb][4 * n + 2 * half], dk[nb][4 * n + 2 * half + 1]);
-        *reinterpret_cast<float2*>(dva + col) = make_float2(dv[nb][4 * n + 2 * half], dv[nb][4 * n + 2 * half + 1]);
-      }
-  }
+  // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).
+  store_dk_dv<D>(p, bh, key_a - g, g, tq, reinterpret_cast<const float(&)[D / 8][4]>(dk),
+                 reinterpret_cast<const float(&)[D / 8][4]>(dv));
 #else
   __trap();  // built without sm_90a: the launch file never selects this kernel then
 #endif

@@ -94,6 +94,26 @@ __device__ __forceinline__ void warp_p(const KernelParams& p, float (&s)[8][4], 
   }
 }
 
+// S = A B^T of a warp's 16 rows x 64 keys from zero (warp_abt): the S = Q K^T and dP = dO V^T every backward
+// tile starts with.
+template <int D>
+__device__ __forceinline__ void warp_abt0(float (&acc)[8][4], const bf16_t* a, const bf16_t* bt, int r0, int lane) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+  warp_abt<D>(acc, a, bt, r0, lane);
+}
+
+// warp_p for the tile of rows i0 + r0 .. + 15 and keys j0 .. + 63: the per-element mask only where the tile
+// crosses the end of the rows or keys, an empty row (its LSE is -inf) or the causal limit.
+__device__ __forceinline__ void tile_p(const KernelParams& p, float (&s)[8][4], int i0, int r0, int j0, int lane,
+                                       float L_a, float L_b) {
+  const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + 64 > p.Nk || L_a == neg_inf() ||
+                         (p.causal && j0 + 63 > last_visible(p, i0 + r0));
+  warp_p(p, s, __any_sync(0xffffffffu, need_mask), i0 + r0 + (lane >> 2), j0, lane & 3, L_a, L_b);
+}
+
 // LSE and delta of the thread's rows row_a and row_a + 8 (0 past Nq: those rows are masked).
 struct RowInputs {
   float L_a, L_b, dl_a, dl_b;
@@ -261,15 +281,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
     const bf16_t* ot = sdO + buf * BQ * D;
 
     float s[8][4], dp[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
-    warp_abt<D>(s, qt, sK, r0, lane);
-    warp_abt<D>(dp, ot, sV, r0, lane);
-    const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + BK > p.Nk || in.L_a == neg_inf() ||
-                           (p.causal && j0 + BK - 1 > last_visible(p, i0 + r0));
-    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, in.L_a, in.L_b);
+    warp_abt0<D>(s, qt, sK, r0, lane);
+    warp_abt0<D>(dp, ot, sV, r0, lane);
+    tile_p(p, s, i0, r0, j0, lane, in.L_a, in.L_b);
     float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     // thresh-lowrank: the row's large entries go to its list (rare: at most list_cap per row over all key
     // blocks). The hot path only compares; a warp with a hit appends from its own bf16(P) in sP.
@@ -412,15 +426,9 @@ __global__ void __launch_bounds__(kWideThreads, 1) flash_bwd_tc_wide_kernel(cons
     const bf16_t* ot = sdO + buf * BQ * D;
 
     float s[8][4], dp[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
-    warp_abt<D>(s, qt, sK + 64 * kh * D, r0, lane);
-    warp_abt<D>(dp, ot, sV + 64 * kh * D, r0, lane);
-    const bool need_mask = i0 + r0 + 16 > p.Nq || jw + 64 > p.Nk || in.L_a == neg_inf() ||
-                           (p.causal && jw + 63 > last_visible(p, i0 + r0));
-    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, jw, tq, in.L_a, in.L_b);
+    warp_abt0<D>(s, qt, sK + 64 * kh * D, r0, lane);
+    warp_abt0<D>(dp, ot, sV + 64 * kh * D, r0, lane);
+    tile_p(p, s, i0, r0, jw, lane, in.L_a, in.L_b);
     float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     store_p_ds<BK, kStats>(s, dp, in, sP, sdS, r0 + g, 8 * kh, tq, sums);  // chunks of this warp's key half
     if (kStats) add_row_stats(p, bh, row_a, tq, sums);
@@ -504,15 +512,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_dq_kernel(const K
     const bf16_t* kt = sK + buf * BK * D;
     const bf16_t* vt = sV + buf * BK * D;
     float s[8][4], dpv[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = dpv[n][e] = 0.0f;
-    warp_abt<D>(s, sQ, kt, r0, lane);
-    warp_abt<D>(dpv, sdO, vt, r0, lane);
-    const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + BK > p.Nk || in.L_a == neg_inf() ||
-                           (p.causal && j0 + BK - 1 > last_visible(p, i0 + r0));
-    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, in.L_a, in.L_b);
+    warp_abt0<D>(s, sQ, kt, r0, lane);
+    warp_abt0<D>(dpv, sdO, vt, r0, lane);
+    tile_p(p, s, i0, r0, j0, lane, in.L_a, in.L_b);
     uint32_t dsf[4][4], pf[4][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -613,12 +615,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_dk_sweep_kernel(c
     __syncthreads();
     const bf16_t* qt = sQ + buf * BQ * D;
     float s[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    warp_abt<D>(s, qt, sK, r0, lane);
-    const bool need_mask = i0 + r0 + 16 > p.Nq || j0 + BK > p.Nk || L_a == neg_inf() ||
-                           (p.causal && j0 + BK - 1 > last_visible(p, i0 + r0));
-    warp_p(p, s, __any_sync(0xffffffffu, need_mask), row_a, j0, tq, L_a, L_b);
+    warp_abt0<D>(s, qt, sK, r0, lane);
+    tile_p(p, s, i0, r0, j0, lane, L_a, L_b);
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const float w0 = round_bf16(s[n][0]) * c_a, w1 = round_bf16(s[n][1]) * c_a;

@@ -99,6 +99,35 @@ __device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pf)[4][4
   }
 }
 
+// F5 and the LSE: the quad's partial row sums l are summed, O = bf16(acc / l) (and the FP32 acc / l when asked)
+// of rows row_a and row_a + 8 from accumulators in the m16n8 C layout (acc[n][e]: column 8 n + 2 t + e % 2), and
+// LSE = m + log(l); empty rows give O = 0 and LSE = -inf. Shared by the mma.sync and wgmma forwards.
+template <int D>
+__device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h, int row_a, int tq, float m_a, float m_b,
+                                            float l_a, float l_b, const float (&acc)[D / 8][4]) {
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = row_a + 8 * half;
+    if (i >= p.Nq) continue;
+    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
+    const bool empty = m == neg_inf();
+    const int64_t base = ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int d = n * 8 + 2 * tq;
+      const float x0 = empty ? 0.0f : acc[n][2 * half] / l, x1 = empty ? 0.0f : acc[n][2 * half + 1] / l;
+      *reinterpret_cast<__nv_bfloat162*>(p.o_out + base + d) = __floats2bfloat162_rn(x0, x1);  // F5
+      if (p.o_fp32_out) *reinterpret_cast<float2*>(p.o_fp32_out + base + d) = make_float2(x0, x1);
+    }
+    if (tq == 0) p.lse_out[(static_cast<int64_t>(b) * p.H + h) * p.Nq + i] = empty ? neg_inf() : m + logf(l);
+  }
+}
+
 template <int D, int kWarps, bool kTieFix>
 // D = 64 is held to 128 registers so two CTAs fit on an SM (at 131 the fwdfix kernel ran at one: -40%).
 __global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_kernel(const KernelParams p) {
@@ -190,27 +219,7 @@ __global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_ker
   }
   cp_async_wait<0>();
 
-#pragma unroll
-  for (int o = 1; o <= 2; o <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int i = half ? row_b : row_a;
-    if (i >= p.Nq) continue;
-    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
-    const bool empty = m == neg_inf();
-    const int64_t base = ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D;
-#pragma unroll
-    for (int n = 0; n < kNt; ++n) {
-      const int d = n * 8 + 2 * tq;
-      const float x0 = empty ? 0.0f : acc[n][2 * half] / l, x1 = empty ? 0.0f : acc[n][2 * half + 1] / l;
-      *reinterpret_cast<__nv_bfloat162*>(p.o_out + base + d) = __floats2bfloat162_rn(x0, x1);  // F5
-      if (p.o_fp32_out) *reinterpret_cast<float2*>(p.o_fp32_out + base + d) = make_float2(x0, x1);
-    }
-    if (tq == 0) p.lse_out[(static_cast<int64_t>(b) * p.H + h) * p.Nq + i] = empty ? neg_inf() : m + logf(l);
-  }
+  store_o_lse<D>(p, b, h, row_a, tq, m_a, m_b, l_a, l_b, acc);
 }
 
 }  // namespace gproj::cuda::detail

@@ -163,29 +163,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
   for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
   cp_async_wait<0>();
 
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int i = half ? row_b : row_a;
-    if (i >= p.Nq) continue;
-    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
-    const bool empty = m == neg_inf();
-    const int64_t base = ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D;
-#pragma unroll
-    for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int d = nb * 64 + j * 8 + 2 * tq;
-        const float x0 = empty ? 0.0f : o[nb][4 * j + 2 * half] / l, x1 = empty ? 0.0f : o[nb][4 * j + 2 * half + 1] / l;
-        *reinterpret_cast<__nv_bfloat162*>(p.o_out + base + d) = __floats2bfloat162_rn(x0, x1);  // F5
-        if (p.o_fp32_out) *reinterpret_cast<float2*>(p.o_fp32_out + base + d) = make_float2(x0, x1);
-      }
-    if (tq == 0) p.lse_out[(static_cast<int64_t>(b) * p.H + h) * p.Nq + i] = empty ? neg_inf() : m + logf(l);
-  }
+  // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] (n8 tile 8 nb + j, element e).
+  store_o_lse<D>(p, b, h, row_a, tq, m_a, m_b, l_a, l_b, reinterpret_cast<const float(&)[D / 8][4]>(o));
 #else
   __trap();  // built without sm_90a: the launch file never selects this kernel then
 #endif

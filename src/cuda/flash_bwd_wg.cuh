@@ -27,7 +27,9 @@ constexpr size_t bwd_wg_smem_bytes() {
          sizeof(float) * 4 * kWgBwdRows + 1024;
 }
 
-template <int D>
+// kStats: also add the row sums of bf16(dS) to r_i (p.rowsum; the audit's max |r_i|). Only baseline and fwdfix
+// run here, so s_i (the projection's P sums) is not needed.
+template <int D, bool kStats>
 __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "tiles are 64-column blocks; registers hold dK, dV for D <= 128");
@@ -139,6 +141,16 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
       blk[sw128_offset(ql0 + 1, kl_a, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(da >> 16));
       blk[sw128_offset(ql0, kl_a + 8, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(db & 0xffff));
       blk[sw128_offset(ql0 + 1, kl_a + 8, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(db >> 16));
+      if (kStats) {  // r_i of queries ql0, ql0 + 1: this thread's keys key_a, key_b, then the warp's 16 keys
+        float r0 = bf16_lo(da) + bf16_lo(db), r1 = bf16_hi(da) + bf16_hi(db);
+#pragma unroll
+        for (int o = 4; o <= 16; o <<= 1) {
+          r0 += __shfl_xor_sync(0xffffffffu, r0, o);
+          r1 += __shfl_xor_sync(0xffffffffu, r1, o);
+        }
+        if (g == 0 && i0 + ql0 < p.Nq) atomicAdd(&p.rowsum[bh * p.Nq + i0 + ql0], r0);
+        if (g == 0 && i0 + ql0 + 1 < p.Nq) atomicAdd(&p.rowsum[bh * p.Nq + i0 + ql0 + 1], r1);
+      }
     }
 
     // dV += bf16(P^T) dO and dK += bf16(dS^T) Q: A from registers, B = dO, Q with K = queries (MN-major).

@@ -197,6 +197,15 @@ Status backward_d(const KernelParams& k, bool deterministic, cudaStream_t stream
                 "backward dK projection sweep");
 }
 
+// Experimental v3.0 (sm_90a, 128 keys per CTA): the row statistics only when the audit asks for them.
+template <int D>
+Status backward_wgmma(const KernelParams& k, dim3 grid, cudaStream_t stream) {
+  return k.row_stats ? launch(detail::flash_bwd_wg_kernel<D, true>, grid, detail::bwd_wg_smem_bytes<D>(), stream, k,
+                              "backward main, wgmma", detail::kWgThreads)
+                     : launch(detail::flash_bwd_wg_kernel<D, false>, grid, detail::bwd_wg_smem_bytes<D>(), stream, k,
+                              "backward main, wgmma", detail::kWgThreads);
+}
+
 template <int D>
 Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool deterministic, bool tc, bool wide,
                         cudaStream_t stream) {
@@ -366,11 +375,11 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
   if (p.params.cuda_backward_wgmma) {  // experimental v3.0: refused, not rerouted, where it does not apply
     const Variant var = p.params.variant;
-    if (!(var == Variant::kBaseline || var == Variant::kFwdfix) || p.params.deterministic || p.row_stats || !tc ||
+    if (!(var == Variant::kBaseline || var == Variant::kFwdfix) || p.params.deterministic || !tc ||
         p.params.cuda_backward_warps != 4) {
       return fail(ErrorCode::kUnsupported,
                   "cuda_backward_wgmma (experimental) serves variants baseline and fwdfix with 16-byte aligned rows, "
-                  "without deterministic mode, row statistics or the wide backward");
+                  "without deterministic mode or the wide backward");
     }
   }
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
@@ -415,10 +424,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   Status s;
   if (p.params.cuda_backward_wgmma) {  // experimental v3.0 (checked above)
     const dim3 grid((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B);
-    s = p.D == 64 ? launch(detail::flash_bwd_wg_kernel<64>, grid, detail::bwd_wg_smem_bytes<64>(), st, kp,
-                           "backward main, wgmma", detail::kWgThreads)
-                  : launch(detail::flash_bwd_wg_kernel<128>, grid, detail::bwd_wg_smem_bytes<128>(), st, kp,
-                           "backward main, wgmma", detail::kWgThreads);
+    s = p.D == 64 ? backward_wgmma<64>(kp, grid, st) : backward_wgmma<128>(kp, grid, st);
   } else {
     s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
                   : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);

@@ -117,14 +117,15 @@ int main(int argc, char** argv) {
           int backward_warps;
           bool wgmma_forward;
           bool row_stats = false;  // the audit's r_i, s_i (the main kernel's kStats form): only with --only
-          bool wgmma_backward = false;  // the experimental wgmma backward
+          int wgmma_backward = 0;  // the experimental wgmma backward: 1 = v3.0, 2 = v3.1 (TMA)
         };
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4, false},
                                   Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, true},
                                   Config{"gproj", Variant::kGproj, Projection::kPWeighted, 4, false},
                                   Config{"gproj-th16", Variant::kGproj, Projection::kThreshLowRank, 4, false},
                                   Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true},
-                                  Config{"base-wgbwd", Variant::kBaseline, Projection::kNone, 4, false, false, true}}) {
+                                  Config{"base-wgbwd", Variant::kBaseline, Projection::kNone, 4, false, false, 1},
+                                  Config{"base-tma", Variant::kBaseline, Projection::kNone, 4, false, false, 2}}) {
           if (only.empty() ? cfg.row_stats : only != cfg.label) continue;
           const Variant var = cfg.variant;
           cuda::Problem p;

@@ -60,8 +60,9 @@ struct FlashParams {
   bool cuda_wgmma_forward = false;     // CUDA, experimental: the wgmma (sm_90a) forward of flash_fwd_wg.cuh
   int cuda_backward_warps = 4;         // CUDA, experimental: 8 = the wide backward (128 keys per CTA) for the
                                        // variants without a projection; 4 = the default kernel
-  bool cuda_backward_wgmma = false;    // CUDA, experimental: the wgmma (sm_90a) backward of flash_bwd_wg.cuh,
-                                       // baseline and fwdfix; other requests are refused, not rerouted
+  int cuda_backward_wgmma = 0;         // CUDA, experimental: the wgmma (sm_90a) backward of flash_bwd_wg.cuh,
+                                       // 1 = v3.0 (cp.async, warpgroups in step), 2 = v3.1 (TMA, warpgroups
+                                       // decoupled); baseline and fwdfix; other requests are refused, not rerouted
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };

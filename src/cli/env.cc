@@ -58,9 +58,10 @@ nlohmann::json variant_params_json(const FlashParams& p) {
       j["lowrank_rank"] = p.lowrank_rank;
     }
   }
-  if (p.cuda_backward_warps != 4 || p.cuda_wgmma_forward) {  // the experimental CUDA kernels, when chosen
+  if (p.cuda_backward_warps != 4 || p.cuda_wgmma_forward || p.cuda_backward_wgmma != 0) {  // experimental kernels
     j["cuda_backward_warps"] = p.cuda_backward_warps;
     j["cuda_wgmma_forward"] = p.cuda_wgmma_forward;
+    j["cuda_backward_wgmma"] = p.cuda_backward_wgmma;
   }
   return j;
 }

@@ -14,36 +14,55 @@
 #include "cuda/flash_fwd_wg.cuh"  // load_sw128_async, kWgThreads
 #include "cuda/kernel_common.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace gproj::cuda::detail {
 
 constexpr int kWgBwdKeys = 128, kWgBwdRows = 64;
 
-template <int D>
+// v3.1's TMA descriptors (launch.cu): (D, heads, rows, B) views of Q, dO (H, Nq) and K, V (Hkv, Nk), boxes of
+// 64 columns x 64 rows, 128B-swizzled (the sw128 tile layout of wgmma.cuh). Unused by v3.0.
+struct BwdTmaMaps {
+  CUtensorMap q, dout, k, v;
+};
+
+// Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead).
+template <bool kTma>
+constexpr int kBwdWgStages = kTma ? 3 : 2;
+
+template <int D, bool kTma = false>
 constexpr size_t bwd_wg_smem_bytes() {
-  // K, V (128 keys) | Q, dO (2 stages x 64 rows) | bf16(dS) (64 rows x 128 keys) | LSE, delta (2 stages x 64)
-  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 4 * kWgBwdRows * D + kWgBwdRows * kWgBwdKeys) +
-         sizeof(float) * 4 * kWgBwdRows + 1024;
+  // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys) | LSE, delta (2 x 64) | mbarriers
+  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D + kWgBwdRows * kWgBwdKeys) +
+         sizeof(float) * 4 * kWgBwdRows + 8 * 8 + 1024;
 }
 
 // kStats: also add the row sums of bf16(dS) to r_i (p.rowsum; the audit's max |r_i|). Only baseline and fwdfix
 // run here, so s_i (the projection's P sums) is not needed.
-template <int D, bool kStats>
-__global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const KernelParams p) {
+// kTma (v3.1): thread 0 loads K, V and Q, dO blocks with TMA two blocks ahead into three stages (mbarriers: full
+// per stage, completed by the copies; empty per stage, one arrival per warp once its dK/dV products have read
+// the stage), each warpgroup stages its own LSE and delta and synchronises only its own 128 threads (its bf16(dS)
+// block is private), so the two warpgroups drift apart and one's element-wise phase overlaps the other's wgmma.
+template <int D, bool kStats, bool kTma>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "tiles are 64-column blocks; registers hold dK, dV for D <= 128");
-  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64;
+  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   // Tiles [D/64][rows][64], 128B-swizzled (wgmma.cuh): one layout serves as K-major and as MN-major operand.
   bf16_t* sK = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BK][64]
   bf16_t* sV = sK + BK * D;                                                               // [kNB][BK][64]
-  bf16_t* sQ = sV + BK * D;                                                               // [2][kNB][BQ][64]
-  bf16_t* sdO = sQ + 2 * BQ * D;                                                          // [2][kNB][BQ][64]
-  bf16_t* sdS = sdO + 2 * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
-  float* sL = reinterpret_cast<float*>(sdS + BQ * BK);  // [2][BQ] LSE
-  float* sDl = sL + 2 * BQ;                             // [2][BQ] delta
+  bf16_t* sQ = sV + BK * D;                                                        // [kStages][kNB][BQ][64]
+  bf16_t* sdO = sQ + kStages * BQ * D;                                             // [kStages][kNB][BQ][64]
+  bf16_t* sdS = sdO + kStages * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
+  float* sL = reinterpret_cast<float*>(sdS + BQ * BK);  // [2][BQ] LSE: v3.0 per stage, v3.1 per warpgroup
+  float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
+  uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
+  uint64_t* empty = full + 3;
+  uint64_t* kv_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int wg = warp >> 2, w4 = warp & 3;
   const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
@@ -53,7 +72,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
   const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
   const int kcount = min(BK, p.Nk - j0);
 
-  const auto load_q = [&](int qb) {  // Q, dO of query block qb into stage qb & 1, as one cp.async group
+  const int count = nqb - qb0;  // query blocks of this CTA
+  const auto load_q = [&](int qb) {  // v3.0: Q, dO of query block qb into stage qb & 1, as one cp.async group
     if (qb < nqb) {
       const int i0 = qb * BQ, cnt = min(BQ, p.Nq - i0), st = qb & 1;
       load_sw128_async<BQ, D>(sQ + st * BQ * D, p.q, b, i0, cnt, h);
@@ -61,9 +81,41 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
     }
     cp_async_commit();
   };
-  load_sw128_async<BK, D>(sK, p.k, b, j0, kcount, hk);
-  load_sw128_async<BK, D>(sV, p.v, b, j0, kcount, hk);
-  load_q(qb0);  // group 0: K, V, Q and dO of the first block
+  const auto tma_q = [&](int it) {  // v3.1, thread 0: Q, dO of the CTA's block it into stage it % 3
+    const int st = it % 3, i0 = (qb0 + it) * BQ;
+    mbar_arrive_expect_tx(&full[st], 2 * BQ * D * sizeof(bf16_t));  // whole boxes: rows past Nq arrive as zeros
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb) {
+      tma_load_4d(sQ + st * BQ * D + nb * BQ * 64, &maps.q, nb * 64, h, i0, b, &full[st]);
+      tma_load_4d(sdO + st * BQ * D + nb * BQ * 64, &maps.dout, nb * 64, h, i0, b, &full[st]);
+    }
+  };
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < 3; ++s) {
+        mbar_init(&full[s], 1);
+        mbar_init(&empty[s], kWgThreads / 32);
+      }
+      mbar_init(kv_full, 1);
+      mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(kv_full, 2 * BK * D * sizeof(bf16_t));
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int r = 0; r < BK; r += 64) {
+          tma_load_4d(sK + nb * BK * 64 + r * 64, &maps.k, nb * 64, hk, j0 + r, b, kv_full);
+          tma_load_4d(sV + nb * BK * 64 + r * 64, &maps.v, nb * 64, hk, j0 + r, b, kv_full);
+        }
+      for (int it = 0; it < min(2, count); ++it) tma_q(it);
+    }
+  } else {
+    load_sw128_async<BK, D>(sK, p.k, b, j0, kcount, hk);
+    load_sw128_async<BK, D>(sV, p.v, b, j0, kcount, hk);
+    load_q(qb0);  // group 0: K, V, Q and dO of the first block
+  }
 
   // This thread's keys (accumulator rows) and their dK, dV accumulators (64 keys x D per warpgroup).
   const int key_a = j0 + wg * 64 + w4 * 16 + g, key_b = key_a + 8;
@@ -76,17 +128,48 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
   const auto kw = [&](int kb) { return sK + kb * BK * 64 + wg * 64 * 64; };
   const auto vw = [&](int kb) { return sV + kb * BK * 64 + wg * 64 * 64; };
 
-  for (int qb = qb0; qb < nqb; ++qb) {
-    const int st = qb & 1, i0 = qb * BQ;
-    load_q(qb + 1);
-    if (threadIdx.x < BQ) {  // LSE and delta of the block's rows (0 past Nq; those columns are masked)
-      const int i = i0 + threadIdx.x;
-      sL[st * BQ + threadIdx.x] = i < p.Nq ? p.lse[bh * p.Nq + i] : 0.0f;
-      sDl[st * BQ + threadIdx.x] = i < p.Nq ? p.delta[bh * p.Nq + i] : 0.0f;
+  // v3.1: each warpgroup's threads 0..63 stage the LSE and delta of one query row, loaded a block ahead.
+  const int ltid = threadIdx.x & 127;
+  float next_l = 0.0f, next_dl = 0.0f;
+  const auto load_row = [&](int qb) {  // 0 past Nq (those columns are masked)
+    const int i = qb * BQ + ltid;
+    if (kTma && ltid < BQ && qb < nqb && i < p.Nq) {
+      next_l = p.lse[bh * p.Nq + i];
+      next_dl = p.delta[bh * p.Nq + i];
+    } else {
+      next_l = next_dl = 0.0f;
     }
-    cp_async_wait<1>();  // the group of block qb
-    fence_async_smem();
-    __syncthreads();
+  };
+  if constexpr (kTma) {
+    load_row(qb0);
+    mbar_wait(kv_full, 0);
+  }
+
+  for (int it = 0; it < count; ++it) {
+    const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % 3 : qb & 1;
+    float* Ls = kTma ? sL + wg * BQ : sL + st * BQ;  // this block's LSE and delta rows
+    float* Dls = kTma ? sDl + wg * BQ : sDl + st * BQ;
+    if constexpr (kTma) {
+      // The previous block's element-wise reads of Ls are behind every thread of this warpgroup (its second
+      // barrier), as are its dQ products' reads of the warpgroup's bf16(dS) block.
+      if (ltid < BQ) {
+        Ls[ltid] = next_l;
+        Dls[ltid] = next_dl;
+      }
+      load_row(qb + 1);
+      wg_bar_sync(1 + wg);
+      mbar_wait(&full[st], (it / 3) & 1);
+    } else {
+      load_q(qb + 1);
+      if (threadIdx.x < BQ) {  // LSE and delta of the block's rows (0 past Nq; those columns are masked)
+        const int i = i0 + threadIdx.x;
+        Ls[threadIdx.x] = i < p.Nq ? p.lse[bh * p.Nq + i] : 0.0f;
+        Dls[threadIdx.x] = i < p.Nq ? p.delta[bh * p.Nq + i] : 0.0f;
+      }
+      cp_async_wait<1>();  // the group of block qb
+      fence_async_smem();
+      __syncthreads();
+    }
     const bf16_t* qt = sQ + st * BQ * D;
     const bf16_t* ot = sdO + st * BQ * D;
 
@@ -123,11 +206,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
       for (int e = 0; e < 4; ++e) {
         const int ql = n * 8 + 2 * tq + (e & 1), q = i0 + ql;
         const int key = e < 2 ? key_a : key_b;
-        const float L = sL[st * BQ + ql];
+        const float L = Ls[ql];
         const bool vis = q < p.Nq && key < p.Nk && key <= last_visible(p, q) && L != neg_inf();
         const float x = vis ? fast_exp2(s[4 * n + e] * sl2 - L * kLog2e) : 0.0f;
         pv[e] = x;
-        dsv[e] = x * (dp[4 * n + e] - sDl[st * BQ + ql]);
+        dsv[e] = x * (dp[4 * n + e] - Dls[ql]);
       }
       pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
       pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
@@ -164,7 +247,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
       }
     wg_commit();
     fence_async_smem();  // sdS written by plain stores, read next by wgmma
-    __syncthreads();
+    if constexpr (kTma) {
+      wg_bar_sync(1 + wg);  // the warpgroup's bf16(dS) block is complete
+    } else {
+      __syncthreads();
+    }
 
     wg_wait0();  // dV, dK: pf and dsf are free (their registers may hold the dQ accumulators next)
 #pragma unroll
@@ -174,6 +261,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
     }
     fence_regs(pf);
     fence_regs(dsf);
+    if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
 
     // dQ (64 queries x D) += bf16(dS) K over this warpgroup's 64 keys, one 64-column block of D at a time:
     // A = sdS block wg (K-major), B = the warpgroup's K rows (K = keys, N = D: MN-major).
@@ -199,9 +287,18 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_bwd_wg_kernel(const Kerne
         if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
       }
     }
-    __syncthreads();  // sdS and the stage are rewritten by the next block
+    if constexpr (kTma) {
+      // Block it + 2 into the stage of block it - 1 once all eight warps have released it (they have, unless
+      // the other warpgroup trails by a whole block).
+      if (threadIdx.x == 0 && it + 2 < count) {
+        if (it >= 1) mbar_wait(&empty[(it + 2) % 3], ((it - 1) / 3) & 1);
+        tma_q(it + 2);
+      }
+    } else {
+      __syncthreads();  // sdS and the stage are rewritten by the next block
+    }
   }
-  cp_async_wait<0>();
+  if constexpr (!kTma) cp_async_wait<0>();
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).
   store_dk_dv<D>(p, bh, key_a - g, g, tq, reinterpret_cast<const float(&)[D / 8][4]>(dk),
                  reinterpret_cast<const float(&)[D / 8][4]>(dv));

@@ -197,13 +197,70 @@ Status backward_d(const KernelParams& k, bool deterministic, cudaStream_t stream
                 "backward dK projection sweep");
 }
 
-// Experimental v3.0 (sm_90a, 128 keys per CTA): the row statistics only when the audit asks for them.
+// ---- v3: wgmma (sm_90a) ----
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against the driver library).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+    return e == cudaSuccess && q == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiledFn>(f) : nullptr;
+  }();
+  return fn;
+}
+
+// A (D, heads, rows, B) tensor map of a BF16 (B, rows, heads, D) tensor with 16-byte aligned rows (rows_aligned):
+// boxes of 64 columns x 64 rows of one head, 128B-swizzled; rows past `rows` read as zeros.
+Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t rows, int64_t heads, int64_t D,
+                  const char* name) {
+  const EncodeTiledFn encode = encode_tiled();
+  if (encode == nullptr) return fail(ErrorCode::kDevice, "cuTensorMapEncodeTiled is not available from the driver");
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(B)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.stride[2]) * 2, static_cast<cuuint64_t>(t.stride[1]) * 2,
+                                 static_cast<cuuint64_t>(t.stride[0]) * 2};
+  const cuuint32_t box[4] = {64, 1, 64, 1}, unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, t.data, dims, strides, box, unit,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return fail(ErrorCode::kUnsupported, std::string("TMA descriptor of ") + name + " rejected by the driver (CUresult " +
+                                             std::to_string(static_cast<int>(r)) + "); its strides must be multiples of 16 bytes");
+  }
+  return {};
+}
+
+template <int D, bool kStats, bool kTma>
+Status launch_bwd_wg(const KernelParams& k, const detail::BwdTmaMaps& maps, dim3 grid, cudaStream_t stream) {
+  const auto kernel = detail::flash_bwd_wg_kernel<D, kStats, kTma>;
+  const size_t smem = detail::bwd_wg_smem_bytes<D, kTma>();
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
+    return last_error("backward main, wgmma");
+  }
+  kernel<<<grid, detail::kWgThreads, smem, stream>>>(k, maps);
+  return last_error("backward main, wgmma");
+}
+
+// Experimental (128 keys per CTA): v3.0 (version 1) or the TMA-fed v3.1 (version 2); the row statistics only
+// when the audit asks for them.
 template <int D>
-Status backward_wgmma(const KernelParams& k, dim3 grid, cudaStream_t stream) {
-  return k.row_stats ? launch(detail::flash_bwd_wg_kernel<D, true>, grid, detail::bwd_wg_smem_bytes<D>(), stream, k,
-                              "backward main, wgmma", detail::kWgThreads)
-                     : launch(detail::flash_bwd_wg_kernel<D, false>, grid, detail::bwd_wg_smem_bytes<D>(), stream, k,
-                              "backward main, wgmma", detail::kWgThreads);
+Status backward_wgmma(const KernelParams& k, int version, const DeviceTensor& q, const DeviceTensor& kt,
+                      const DeviceTensor& v, const DeviceTensor& dout, cudaStream_t stream) {
+  const dim3 grid((k.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, k.H, k.B);
+  detail::BwdTmaMaps maps{};
+  if (version == 1) {
+    return k.row_stats ? launch_bwd_wg<D, true, false>(k, maps, grid, stream)
+                       : launch_bwd_wg<D, false, false>(k, maps, grid, stream);
+  }
+  for (Status s : {tensor_map(&maps.q, q, k.B, k.Nq, k.H, D, "q"), tensor_map(&maps.dout, dout, k.B, k.Nq, k.H, D, "do"),
+                   tensor_map(&maps.k, kt, k.B, k.Nk, k.Hkv, D, "k"), tensor_map(&maps.v, v, k.B, k.Nk, k.Hkv, D, "v")}) {
+    if (!s.ok) return s;
+  }
+  return k.row_stats ? launch_bwd_wg<D, true, true>(k, maps, grid, stream)
+                     : launch_bwd_wg<D, false, true>(k, maps, grid, stream);
 }
 
 template <int D>
@@ -373,8 +430,12 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   kp.dv = static_cast<__nv_bfloat16*>(dv.data);
   const auto st = static_cast<cudaStream_t>(stream);
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
-  if (p.params.cuda_backward_wgmma) {  // experimental v3.0: refused, not rerouted, where it does not apply
+  if (p.params.cuda_backward_wgmma != 0) {  // experimental v3: refused, not rerouted, where it does not apply
     const Variant var = p.params.variant;
+    if (p.params.cuda_backward_wgmma != 1 && p.params.cuda_backward_wgmma != 2) {
+      return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be 0 (off), 1 (v3.0) or 2 (v3.1, TMA); got " +
+                                                   std::to_string(p.params.cuda_backward_wgmma));
+    }
     if (!(var == Variant::kBaseline || var == Variant::kFwdfix) || p.params.deterministic || !tc ||
         p.params.cuda_backward_warps != 4) {
       return fail(ErrorCode::kUnsupported,
@@ -422,9 +483,9 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   }
   const bool wide = p.params.cuda_backward_warps == 8;
   Status s;
-  if (p.params.cuda_backward_wgmma) {  // experimental v3.0 (checked above)
-    const dim3 grid((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B);
-    s = p.D == 64 ? backward_wgmma<64>(kp, grid, st) : backward_wgmma<128>(kp, grid, st);
+  if (p.params.cuda_backward_wgmma != 0) {  // experimental v3 (checked above)
+    const int ver = p.params.cuda_backward_wgmma;
+    s = p.D == 64 ? backward_wgmma<64>(kp, ver, q, k, v, dout, st) : backward_wgmma<128>(kp, ver, q, k, v, dout, st);
   } else {
     s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
                   : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);

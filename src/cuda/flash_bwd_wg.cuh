@@ -17,6 +17,8 @@
 #include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 
+#include <type_traits>
+
 namespace gproj::cuda::detail {
 
 constexpr int kWgBwdKeys = 128, kWgBwdRows = 64;
@@ -134,7 +136,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto load_row = [&](int qb) {  // 0 past Nq (those columns are masked)
     const int i = qb * BQ + ltid;
     if (kTma && ltid < BQ && qb < nqb && i < p.Nq) {
-      next_l = p.lse[bh * p.Nq + i];
+      next_l = p.lse[bh * p.Nq + i] * kLog2e;  // as the element-wise step uses it
       next_dl = p.delta[bh * p.Nq + i];
     } else {
       next_l = next_dl = 0.0f;
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       load_q(qb + 1);
       if (threadIdx.x < BQ) {  // LSE and delta of the block's rows (0 past Nq; those columns are masked)
         const int i = i0 + threadIdx.x;
-        Ls[threadIdx.x] = i < p.Nq ? p.lse[bh * p.Nq + i] : 0.0f;
+        Ls[threadIdx.x] = i < p.Nq ? p.lse[bh * p.Nq + i] * kLog2e : 0.0f;  // LSE log2(e)
         Dls[threadIdx.x] = i < p.Nq ? p.delta[bh * p.Nq + i] : 0.0f;
       }
       cp_async_wait<1>();  // the group of block qb
@@ -197,42 +199,65 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
     // P^T = exp(scale S - LSE_q), dS^T = P^T (dP^T - delta_q), masked; B4 into A fragments (rows = keys,
     // k = queries: the accumulator-to-fragment identity of the forward's P) and bf16(dS) into sdS transposed.
+    // Ls holds LSE log2(e) (the same FP32 product the v1 kernel forms per element). A tile whose 64 queries and
+    // this warpgroup's 64 keys are all in range and visible skips the per-element mask (same values).
     const float sl2 = p.scale * kLog2e;
+    const int kbase = j0 + wg * 64;
+    const bool interior = i0 + BQ <= p.Nq && kbase + 63 <= last_visible(p, i0);
     uint32_t pf[4][4], dsf[4][4];
+    const auto elementwise = [&](auto all_visible) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      float pv[4], dsv[4];
+      for (int n = 0; n < 8; ++n) {
+        const int ql0 = n * 8 + 2 * tq;  // this thread's queries ql0, ql0 + 1
+        const float2 L2 = *reinterpret_cast<const float2*>(Ls + ql0);
+        const float2 D2 = *reinterpret_cast<const float2*>(Dls + ql0);
+        float pv[4], dsv[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ql = n * 8 + 2 * tq + (e & 1), q = i0 + ql;
-        const int key = e < 2 ? key_a : key_b;
-        const float L = Ls[ql];
-        const bool vis = q < p.Nq && key < p.Nk && key <= last_visible(p, q) && L != neg_inf();
-        const float x = vis ? fast_exp2(s[4 * n + e] * sl2 - L * kLog2e) : 0.0f;
-        pv[e] = x;
-        dsv[e] = x * (dp[4 * n + e] - Dls[ql]);
-      }
-      pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
-      pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
-      const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
-      dsf[n >> 1][(n & 1) * 2] = da;
-      dsf[n >> 1][(n & 1) * 2 + 1] = db;
-      // sdS[query][key]: block wg of 64 keys, row = query, column = the key within the block.
-      const int kl_a = w4 * 16 + g, ql0 = n * 8 + 2 * tq;
-      bf16_t* blk = sdS + wg * BQ * 64;
-      blk[sw128_offset(ql0, kl_a, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(da & 0xffff));
-      blk[sw128_offset(ql0 + 1, kl_a, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(da >> 16));
-      blk[sw128_offset(ql0, kl_a + 8, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(db & 0xffff));
-      blk[sw128_offset(ql0 + 1, kl_a + 8, BQ)] = __ushort_as_bfloat16(static_cast<unsigned short>(db >> 16));
-      if (kStats) {  // r_i of queries ql0, ql0 + 1: this thread's keys key_a, key_b, then the warp's 16 keys
-        float r0 = bf16_lo(da) + bf16_lo(db), r1 = bf16_hi(da) + bf16_hi(db);
-#pragma unroll
-        for (int o = 4; o <= 16; o <<= 1) {
-          r0 += __shfl_xor_sync(0xffffffffu, r0, o);
-          r1 += __shfl_xor_sync(0xffffffffu, r1, o);
+        for (int e = 0; e < 4; ++e) {
+          const int ql = ql0 + (e & 1), q = i0 + ql;
+          const int key = e < 2 ? key_a : key_b;
+          const float L = (e & 1) ? L2.y : L2.x, dl = (e & 1) ? D2.y : D2.x;
+          bool vis = true;
+          if constexpr (!decltype(all_visible)::value) {
+            vis = q < p.Nq && key < p.Nk && key <= last_visible(p, q) && L != neg_inf();
+          }
+          const float x = vis ? fast_exp2(s[4 * n + e] * sl2 - L) : 0.0f;
+          pv[e] = x;
+          dsv[e] = x * (dp[4 * n + e] - dl);
         }
-        if (g == 0 && i0 + ql0 < p.Nq) atomicAdd(&p.rowsum[bh * p.Nq + i0 + ql0], r0);
-        if (g == 0 && i0 + ql0 + 1 < p.Nq) atomicAdd(&p.rowsum[bh * p.Nq + i0 + ql0 + 1], r1);
+        pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
+        pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
+        const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
+        dsf[n >> 1][(n & 1) * 2] = da;
+        dsf[n >> 1][(n & 1) * 2 + 1] = db;
+        if (kStats) {  // r_i of queries ql0, ql0 + 1: this thread's keys key_a, key_b, then the warp's 16 keys
+          float r0 = bf16_lo(da) + bf16_lo(db), r1 = bf16_hi(da) + bf16_hi(db);
+#pragma unroll
+          for (int o = 4; o <= 16; o <<= 1) {
+            r0 += __shfl_xor_sync(0xffffffffu, r0, o);
+            r1 += __shfl_xor_sync(0xffffffffu, r1, o);
+          }
+          if (g == 0 && i0 + ql0 < p.Nq) atomicAdd(&p.rowsum[bh * p.Nq + i0 + ql0], r0);
+          if (g == 0 && i0 + ql0 + 1 < p.Nq) atomicAdd(&p.rowsum[bh * p.Nq + i0 + ql0 + 1], r1);
+        }
+      }
+    };
+    if (interior) {
+      elementwise(std::true_type{});
+    } else {
+      elementwise(std::false_type{});
+    }
+    // bf16(dS) into sdS[query][key] (block wg of 64 keys; row = query, column = the key within the block),
+    // transposed by stmatrix: per pair of n-tiles the four 8 x 8 matrices (keys w4 16 + 0..7 | + 8..15) x
+    // (queries 8 n + 0..7 | 8 (n + 1) + 0..7); lane l addresses row l % 8 of matrix l / 8.
+    {
+      bf16_t* blk = sdS + wg * BQ * 64;
+      const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+      for (int n = 0; n < 8; n += 2) {
+        const int query = (n + (mi >> 1)) * 8 + r, key0 = w4 * 16 + (mi & 1) * 8;
+        stmatrix_x4_trans(smem_u32(blk + sw128_offset(query, key0, BQ)), dsf[n >> 1][0], dsf[n >> 1][1],
+                          dsf[n >> 1][2], dsf[n >> 1][3]);
       }
     }
 

@@ -54,6 +54,15 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Stores four 8x8 BF16 matrices held in the mma fragment layout (lane l: row l / 4, columns 2 (l % 4) + 0, 1 of
+// each), transposed: lanes 8 i .. 8 i + 7 give the addresses of the 16-byte rows of matrix i in memory, whose row
+// c receives the fragment's column c.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Two floats rounded to BF16 (RNE) in one register; `lo` is the lower column.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -15,7 +15,7 @@ shape="${PROFILE_SHAPE:-128:4096:0}"
 echo "gproj commit: $GPROJ_COMMIT; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$out/profile/env.txt"
 
 # Per-kernel time of each configuration (--reps 1: one warm-up and one timed call of forward and backward).
-for label in ${PROFILE_LABELS:-baseline base-stats gproj gproj-th16}; do
+for label in ${PROFILE_LABELS:-baseline base-v1 gproj gproj-v1}; do
   timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base "$bench" --only "$label" --shape "$shape" \
     --reps 1 >"$out/profile/times_$label.csv" 2>"$out/profile/times_$label.err"
   echo "== $label ($shape): rc=$?"
@@ -38,8 +38,8 @@ PY
 done
 
 # Fuller reports of the main kernels (one launch each; PROFILE_FULL=0 skips them).
-[ "${PROFILE_FULL:-1}" = 0 ] || for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg flash_fwd_tc_kernel:baseline \
-          flash_bwd_tc_kernel:baseline; do
+[ "${PROFILE_FULL:-1}" = 0 ] || for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg flash_fwd_tc_kernel:baseline flash_bwd_wg_kernel:baseline \
+          flash_bwd_tc_kernel:base-v1; do
   k=${kl%%:*} label=${kl##*:}
   timeout 120 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \

@@ -60,9 +60,11 @@ struct FlashParams {
   bool cuda_wgmma_forward = false;     // CUDA, experimental: the wgmma (sm_90a) forward of flash_fwd_wg.cuh
   int cuda_backward_warps = 4;         // CUDA, experimental: 8 = the wide backward (128 keys per CTA) for the
                                        // variants without a projection; 4 = the default kernel
-  int cuda_backward_wgmma = 0;         // CUDA, experimental: the wgmma (sm_90a) backward of flash_bwd_wg.cuh,
-                                       // 1 = v3.0 (cp.async, warpgroups in step), 2 = v3.1 (TMA, warpgroups
-                                       // decoupled); baseline and fwdfix; other requests are refused, not rerouted
+  int cuda_backward_wgmma = -1;        // CUDA backward main kernel: -1 = auto (v3.1 where it applies: baseline,
+                                       // fwdfix, gproj with thresh-lowrank; aligned rows; not deterministic; else
+                                       // the v1 kernels), 0 = the v1 mma.sync kernels, 1 = v3.0 (wgmma,
+                                       // experimental), 2 = v3.1 (wgmma + TMA, flash_bwd_wg.cuh); an explicit
+                                       // version is refused, not rerouted, where it does not apply
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };

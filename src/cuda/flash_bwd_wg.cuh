@@ -33,24 +33,57 @@ struct BwdTmaMaps {
 template <bool kTma>
 constexpr int kBwdWgStages = kTma ? 3 : 2;
 
-template <int D, bool kTma = false>
+// thresh-lowrank's extra tiles (kThresh): bf16(P) like bf16(dS), and the B operands of the 64 x 16 product that
+// gives P (K U) (columns 0-7), s_i (column 8) and r_i (column 9): per warpgroup [16][64 keys] = ((K U)^T; ones;
+// zeros) against bf16(P), and one shared [16][64] = (zeros; ones in row 9; zeros) against bf16(dS).
+constexpr int kWgStatCols = 16;
+
+template <int D, bool kTma = false, bool kThresh = false>
 constexpr size_t bwd_wg_smem_bytes() {
-  // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys) | LSE, delta (2 x 64) | mbarriers
-  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D + kWgBwdRows * kWgBwdKeys) +
+  // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys) | [bf16(P), 3 x 16 x 64] |
+  // LSE, delta (2 x 64) | mbarriers
+  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D + kWgBwdRows * kWgBwdKeys +
+                           (kThresh ? kWgBwdRows * kWgBwdKeys + 3 * kWgStatCols * 64 : 0)) +
          sizeof(float) * 4 * kWgBwdRows + 8 * 8 + 1024;
 }
 
-// kStats: also add the row sums of bf16(dS) to r_i (p.rowsum; the audit's max |r_i|). Only baseline and fwdfix
-// run here, so s_i (the projection's P sums) is not needed.
+// thresh-lowrank: appends this thread's entries with bf16(P) >= thresh to their rows' lists, read back from the
+// warpgroup's bf16(P) tile sPw[query][key] (keys kl_a, kl_a + 8 of the block, queries 8 n + 2 tq + {0, 1}). Out of
+// line, with scalars only, as v1's append_large_entries (rare: a warp calls it only when one of its entries is
+// that large).
+__device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t* sPw, int64_t bh, int i0, int kl_a,
+                                                     int key_a, int tq) {
+  for (int n = 0; n < 8; ++n)
+    for (int e = 0; e < 2; ++e) {
+      const int ql = n * 8 + 2 * tq + e, row = i0 + ql;
+      if (row >= list.nq) continue;
+      for (int half = 0; half < 2; ++half) {
+        const float pv = __bfloat162float(sPw[sw128_offset(ql, kl_a + 8 * half, kWgBwdRows)]);
+        if (!(pv >= list.thresh)) continue;
+        const int64_t rr = bh * list.nq + row;
+        const int slot = atomicAdd(&list.count[rr], 1);
+        if (slot < list.cap) {
+          list.j[rr * list.cap + slot] = key_a + 8 * half;
+          list.p[rr * list.cap + slot] = pv;
+        }
+      }
+    }
+}
+
+// kStats: also add the row sums of bf16(dS) to r_i (p.rowsum; the audit's max |r_i|), for baseline and fwdfix.
+// kThresh (v3.1 only): the main kernel of gproj's thresh-lowrank projection, as v1's kThresh: r_i, s_i, P (K U)
+// from one small wgmma per block, the entries with bf16(P) >= thresh appended to their rows' lists; the
+// projection itself is then applied by the postprocess kernels of projection_tc.cuh.
 // kTma (v3.1): thread 0 loads K, V and Q, dO blocks with TMA two blocks ahead into three stages (mbarriers: full
 // per stage, completed by the copies; empty per stage, one arrival per warp once its dK/dV products have read
 // the stage), each warpgroup stages its own LSE and delta and synchronises only its own 128 threads (its bf16(dS)
 // block is private), so the two warpgroups drift apart and one's element-wise phase overlaps the other's wgmma.
-template <int D, bool kStats, bool kTma>
+template <int D, bool kStats, bool kTma, bool kThresh = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "tiles are 64-column blocks; registers hold dK, dV for D <= 128");
+  static_assert(!kThresh || (kTma && !kStats), "thresh-lowrank runs on v3.1, with its own statistics");
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -60,7 +93,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sQ = sV + BK * D;                                                        // [kStages][kNB][BQ][64]
   bf16_t* sdO = sQ + kStages * BQ * D;                                             // [kStages][kNB][BQ][64]
   bf16_t* sdS = sdO + kStages * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
-  float* sL = reinterpret_cast<float*>(sdS + BQ * BK);  // [2][BQ] LSE: v3.0 per stage, v3.1 per warpgroup
+  bf16_t* sP = sdS + BQ * BK;                            // kThresh: [2 key halves][BQ][64] bf16(P), as sdS
+  bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T; ones; zeros)
+  bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row 9; zeros)
+  float* sL = reinterpret_cast<float*>(sUp + (kThresh ? 3 * kWgStatCols * 64 : 0));  // [2][BQ] LSE: v3.0 per
+                                                         // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
   uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
   uint64_t* empty = full + 3;
@@ -92,6 +129,23 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       tma_load_4d(sdO + st * BQ * D + nb * BQ * 64, &maps.dout, nb * 64, h, i0, b, &full[st]);
     }
   };
+  if constexpr (kThresh) {  // the B tiles of the statistics product, K-major [16][64] (key = column)
+    if (threadIdx.x < BK) {
+      const int jj = threadIdx.x, j = j0 + jj, c = jj % 64;
+      uint4 raw4 = make_uint4(0, 0, 0, 0);  // bf16(K U) of key j: zeros past Nk (those P are 0)
+      if (j < p.Nk) raw4 = *reinterpret_cast<const uint4*>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank);
+      const bf16_t* ku = reinterpret_cast<const bf16_t*>(&raw4);
+      bf16_t* t = sUp + (jj / 64) * kWgStatCols * 64;
+      const bf16_t one = __float2bfloat16_rn(1.0f), zero = __float2bfloat16_rn(0.0f);
+#pragma unroll
+      for (int r = 0; r < kWgStatCols; ++r) t[sw128_offset(r, c, kWgStatCols)] = r < kLowRank ? ku[r] : r == 8 ? one : zero;
+      if (jj < 64) {
+#pragma unroll
+        for (int r = 0; r < kWgStatCols; ++r) sUd[sw128_offset(r, c, kWgStatCols)] = r == 9 ? one : zero;
+      }
+    }
+    fence_async_smem();  // read by wgmma after the barrier below
+  }
   if constexpr (kTma) {
     if (threadIdx.x == 0) {
       for (int s = 0; s < 3; ++s) {
@@ -205,6 +259,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const int kbase = j0 + wg * 64;
     const bool interior = i0 + BQ <= p.Nq && kbase + 63 <= last_visible(p, i0);
     uint32_t pf[4][4], dsf[4][4];
+    bool hit = false;  // kThresh: an entry of this thread's with bf16(P) >= thresh
     const auto elementwise = [&](auto all_visible) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -227,6 +282,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
         pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
         pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
+        if (kThresh) {  // compared as rounded, as the list holds them (monotone rounding: max then round)
+          const uint32_t pa = pf[n >> 1][(n & 1) * 2], pb = pf[n >> 1][(n & 1) * 2 + 1];
+          hit |= fmaxf(fmaxf(bf16_lo(pa), bf16_hi(pa)), fmaxf(bf16_lo(pb), bf16_hi(pb))) >= p.thresh;
+        }
         const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
         dsf[n >> 1][(n & 1) * 2] = da;
         dsf[n >> 1][(n & 1) * 2 + 1] = db;
@@ -258,6 +317,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const int query = (n + (mi >> 1)) * 8 + r, key0 = w4 * 16 + (mi & 1) * 8;
         stmatrix_x4_trans(smem_u32(blk + sw128_offset(query, key0, BQ)), dsf[n >> 1][0], dsf[n >> 1][1],
                           dsf[n >> 1][2], dsf[n >> 1][3]);
+        if (kThresh) {  // bf16(P) the same way, for the statistics product and the list appends
+          stmatrix_x4_trans(smem_u32(sP + wg * BQ * 64 + sw128_offset(query, key0, BQ)), pf[n >> 1][0],
+                            pf[n >> 1][1], pf[n >> 1][2], pf[n >> 1][3]);
+        }
       }
     }
 
@@ -287,6 +350,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     fence_regs(pf);
     fence_regs(dsf);
     if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
+    if (kThresh && __any_sync(0xffffffffu, hit)) {  // sP is complete (the barrier above)
+      if (hit) {
+        append_large_entries_wg({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP + wg * BQ * 64, bh,
+                                i0, w4 * 16 + g, key_a, tq);
+      }
+    }
 
     // dQ (64 queries x D) += bf16(dS) K over this warpgroup's 64 keys, one 64-column block of D at a time:
     // A = sdS block wg (K-major), B = the warpgroup's K rows (K = keys, N = D: MN-major).
@@ -296,7 +365,21 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       float dqa[32];
 #pragma unroll
       for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
+      float st16[8];  // kThresh, first column block: (P (K U), s_i, r_i) of this warp's rows, m64n16 layout
       wg_fence();
+      if (kThresh && nb == 0) {
+#pragma unroll
+        for (int kin = 0; kin < 4; ++kin) {
+          const uint64_t pa = wg_desc_kmajor(sP + wg * BQ * 64 + kin * 16);
+          const uint64_t ub = wg_desc_kmajor(sUp + wg * kWgStatCols * 64 + kin * 16);
+          if (kin == 0) {
+            wgmma_ss_n16_first(st16, pa, ub);
+          } else {
+            wgmma_ss_n16(st16, pa, ub);
+          }
+          wgmma_ss_n16(st16, wg_desc_kmajor(sdS + wg * BQ * 64 + kin * 16), wg_desc_kmajor(sUd + kin * 16));
+        }
+      }
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
         wgmma_ss_n64<1>(dqa, wg_desc_kmajor(sdS + wg * BQ * 64 + kin * 16),
@@ -305,6 +388,24 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wg_commit();
       wg_wait0();
       fence_regs(dqa);
+      if (kThresh && nb == 0) {
+        fence_regs(st16);
+        // Columns 2 tq, 2 tq + 1 of P (K U) (n8 block 0); s_i, r_i in columns 8, 9 (block 1, tq = 0).
+        if (row_a < p.Nq) {
+          atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
+          if (tq == 0) {
+            atomicAdd(&p.psum[bh * p.Nq + row_a], st16[4]);
+            atomicAdd(&p.rowsum[bh * p.Nq + row_a], st16[5]);
+          }
+        }
+        if (row_b < p.Nq) {
+          atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
+          if (tq == 0) {
+            atomicAdd(&p.psum[bh * p.Nq + row_b], st16[6]);
+            atomicAdd(&p.rowsum[bh * p.Nq + row_b], st16[7]);
+          }
+        }
+      }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const int col = nb * 64 + n * 8 + 2 * tq;

@@ -233,10 +233,10 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
   return {};
 }
 
-template <int D, bool kStats, bool kTma>
+template <int D, bool kStats, bool kTma, bool kThresh = false>
 Status launch_bwd_wg(const KernelParams& k, const detail::BwdTmaMaps& maps, dim3 grid, cudaStream_t stream) {
-  const auto kernel = detail::flash_bwd_wg_kernel<D, kStats, kTma>;
-  const size_t smem = detail::bwd_wg_smem_bytes<D, kTma>();
+  const auto kernel = detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh>;
+  const size_t smem = detail::bwd_wg_smem_bytes<D, kTma, kThresh>();
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
     return last_error("backward main, wgmma");
   }
@@ -244,21 +244,26 @@ Status launch_bwd_wg(const KernelParams& k, const detail::BwdTmaMaps& maps, dim3
   return last_error("backward main, wgmma");
 }
 
-// Experimental (128 keys per CTA): v3.0 (version 1) or the TMA-fed v3.1 (version 2); the row statistics only
-// when the audit asks for them.
+// The inputs of a backward, for the kernels that build TMA descriptors of them.
+struct BwdInputs {
+  const DeviceTensor &q, &k, &v, &dout;
+};
+
+// The wgmma backward main kernel (128 keys per CTA): v3.0 (version 1) or the TMA-fed v3.1 (version 2), with the
+// row statistics only when the audit asks for them; `thresh`: v3.1's thresh-lowrank form.
 template <int D>
-Status backward_wgmma(const KernelParams& k, int version, const DeviceTensor& q, const DeviceTensor& kt,
-                      const DeviceTensor& v, const DeviceTensor& dout, cudaStream_t stream) {
+Status backward_wgmma(const KernelParams& k, int version, bool thresh, const BwdInputs& in, cudaStream_t stream) {
   const dim3 grid((k.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, k.H, k.B);
   detail::BwdTmaMaps maps{};
   if (version == 1) {
     return k.row_stats ? launch_bwd_wg<D, true, false>(k, maps, grid, stream)
                        : launch_bwd_wg<D, false, false>(k, maps, grid, stream);
   }
-  for (Status s : {tensor_map(&maps.q, q, k.B, k.Nq, k.H, D, "q"), tensor_map(&maps.dout, dout, k.B, k.Nq, k.H, D, "do"),
-                   tensor_map(&maps.k, kt, k.B, k.Nk, k.Hkv, D, "k"), tensor_map(&maps.v, v, k.B, k.Nk, k.Hkv, D, "v")}) {
+  for (Status s : {tensor_map(&maps.q, in.q, k.B, k.Nq, k.H, D, "q"), tensor_map(&maps.dout, in.dout, k.B, k.Nq, k.H, D, "do"),
+                   tensor_map(&maps.k, in.k, k.B, k.Nk, k.Hkv, D, "k"), tensor_map(&maps.v, in.v, k.B, k.Nk, k.Hkv, D, "v")}) {
     if (!s.ok) return s;
   }
+  if (thresh) return launch_bwd_wg<D, false, true, true>(k, maps, grid, stream);
   return k.row_stats ? launch_bwd_wg<D, true, true>(k, maps, grid, stream)
                      : launch_bwd_wg<D, false, true>(k, maps, grid, stream);
 }
@@ -306,7 +311,7 @@ Workspace layout(const Problem& p) {
 // thresh-lowrank (docs/gproj-projection.md): pre-pass on K, the main kernel with the row lists and P (K U), the
 // dQ postprocess with the corrections, the suffix sums of the uniform dK part.
 template <int D>
-Status backward_thresh(const KernelParams& k, cudaStream_t stream) {
+Status backward_thresh(const KernelParams& k, const BwdInputs* wg_in, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
   const int key_tiles = (k.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock;
   Status s = launch(detail::gram_kernel<D>, dim3((key_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.Hkv, k.B),
@@ -317,9 +322,13 @@ Status backward_thresh(const KernelParams& k, cudaStream_t stream) {
                        detail::kBwdThreads);
   if (!s.ok) return s;
   constexpr int blk = detail::kBwdBlock;
-  s = launch(detail::flash_bwd_tc_kernel<D, false, true, true, true>, dim3((k.Nk + blk - 1) / blk, k.H, k.B),
-             detail::bwd_tc_smem_bytes<D>(), stream, k, "backward main, tensor cores, thresh-lowrank",
-             detail::kBwdThreads);
+  if (wg_in != nullptr) {  // v3.1 (the default where it applies)
+    s = backward_wgmma<D>(k, 2, true, *wg_in, stream);
+  } else {
+    s = launch(detail::flash_bwd_tc_kernel<D, false, true, true, true>, dim3((k.Nk + blk - 1) / blk, k.H, k.B),
+               detail::bwd_tc_smem_bytes<D>(), stream, k, "backward main, tensor cores, thresh-lowrank",
+               detail::kBwdThreads);
+  }
   if (!s.ok) return s;
   s = launch(detail::thresh_dq_kernel<D>, dim3((k.Nq + detail::kThreshDqRows - 1) / detail::kThreshDqRows, k.H, k.B), 0, stream, k,
              "thresh-lowrank dQ postprocess", threads);
@@ -430,19 +439,30 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   kp.dv = static_cast<__nv_bfloat16*>(dv.data);
   const auto st = static_cast<cudaStream_t>(stream);
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
-  if (p.params.cuda_backward_wgmma != 0) {  // experimental v3: refused, not rerouted, where it does not apply
-    const Variant var = p.params.variant;
-    if (p.params.cuda_backward_wgmma != 1 && p.params.cuda_backward_wgmma != 2) {
-      return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be 0 (off), 1 (v3.0) or 2 (v3.1, TMA); got " +
-                                                   std::to_string(p.params.cuda_backward_wgmma));
-    }
-    if (!(var == Variant::kBaseline || var == Variant::kFwdfix) || p.params.deterministic || !tc ||
-        p.params.cuda_backward_warps != 4) {
-      return fail(ErrorCode::kUnsupported,
-                  "cuda_backward_wgmma (experimental) serves variants baseline and fwdfix with 16-byte aligned rows, "
-                  "without deterministic mode or the wide backward");
-    }
+  // The backward main kernel: v3.1 (wgmma, TMA) by default where it applies, else the v1 kernels; an explicit
+  // request for a wgmma version is refused, not rerouted, where that version does not apply.
+  const Variant var = p.params.variant;
+  const bool plain = var == Variant::kBaseline || var == Variant::kFwdfix;
+  const bool common = tc && !p.params.deterministic && p.params.cuda_backward_warps == 4;
+  const bool v31_applies = common && (plain || (var == Variant::kGproj &&
+                                                effective_projection(p.params) == Projection::kThreshLowRank));
+  int wg_version = p.params.cuda_backward_wgmma;
+  if (wg_version < -1 || wg_version > 2) {
+    return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be -1 (auto), 0 (the v1 kernels), 1 (v3.0) or "
+                                             "2 (v3.1); got " + std::to_string(wg_version));
   }
+  if (wg_version == -1) wg_version = v31_applies ? 2 : 0;
+  if (wg_version == 1 && !(common && plain)) {
+    return fail(ErrorCode::kUnsupported,
+                "cuda_backward_wgmma = 1 (v3.0) serves variants baseline and fwdfix with 16-byte aligned rows, "
+                "without deterministic mode or the wide backward");
+  }
+  if (wg_version == 2 && !v31_applies) {
+    return fail(ErrorCode::kUnsupported,
+                "cuda_backward_wgmma = 2 (v3.1) serves variants baseline, fwdfix and gproj with projection "
+                "thresh-lowrank, with 16-byte aligned rows, without deterministic mode or the wide backward");
+  }
+  const BwdInputs wg_in{q, k, v, dout};
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
       return fail(ErrorCode::kInvalidArgument, std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
@@ -476,16 +496,17 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (thresh) {
     if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of q, k, v, do; "
                                                  "the reference kernels for other rows implement projection pweighted");
-    Status s = p.D == 64 ? backward_thresh<64>(kp, st) : backward_thresh<128>(kp, st);
+    const BwdInputs* wi = wg_version == 2 ? &wg_in : nullptr;
+    Status s = p.D == 64 ? backward_thresh<64>(kp, wi, st) : backward_thresh<128>(kp, wi, st);
     if (!s.ok) return s;
     detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
     return last_error("backward dK/dV postprocess");
   }
   const bool wide = p.params.cuda_backward_warps == 8;
   Status s;
-  if (p.params.cuda_backward_wgmma != 0) {  // experimental v3 (checked above)
-    const int ver = p.params.cuda_backward_wgmma;
-    s = p.D == 64 ? backward_wgmma<64>(kp, ver, q, k, v, dout, st) : backward_wgmma<128>(kp, ver, q, k, v, dout, st);
+  if (wg_version != 0) {  // v3.0 or v3.1 (checked above)
+    s = p.D == 64 ? backward_wgmma<64>(kp, wg_version, false, wg_in, st)
+                  : backward_wgmma<128>(kp, wg_version, false, wg_in, st);
   } else {
     s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
                   : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);

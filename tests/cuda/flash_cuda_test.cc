@@ -105,8 +105,9 @@ TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
   }
 }
 
-// The experimental wgmma backward (FlashParams::cuda_backward_wgmma, baseline and fwdfix): the same oracle and
-// CPU agreement as the default kernels; other requests are refused with kUnsupported.
+// Each backward main kernel for baseline and fwdfix (FlashParams::cuda_backward_wgmma: 0 = the v1 mma.sync
+// kernels, 1 = v3.0, 2 = v3.1, the default): the same oracle and CPU agreement; refusals in
+// Cuda.UnsupportedRequestsAreErrors.
 TEST_P(CudaSweep, WgmmaBackwardMatchesOracleAndCpu) {
   GPROJ_REQUIRE_GPU();
   const test::Case c = GetParam();
@@ -114,7 +115,7 @@ TEST_P(CudaSweep, WgmmaBackwardMatchesOracleAndCpu) {
   const SweepInputs in = sweep_inputs(c, 11000);
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
     const VariantRun cpu = run_variant(in.s, test::params_for(v), in.oracle, Device::kCpu);
-    for (int version : {1, 2}) {  // v3.0 (cp.async) and v3.1 (TMA)
+    for (int version : {0, 1, 2}) {  // v1 (mma.sync), v3.0 (wgmma, cp.async) and v3.1 (wgmma, TMA)
       FlashParams p = test::params_for(v);
       p.cuda_backward_wgmma = version;
       const VariantRun gpu = run_variant(in.s, p, in.oracle, Device::kCuda);
@@ -180,9 +181,13 @@ TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
   const AttentionState& s = in.s;
   const OracleRun& oracle = in.oracle;
   const VariantRun& ref = in.ref;
-  const FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
-  const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda), cpu = run_variant(s, p, oracle, Device::kCpu);
-  expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank");
+  FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
+  for (int version : {0, 2}) {  // on the v1 kernel and on v3.1 (the default)
+    p.cuda_backward_wgmma = version;
+    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+    expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank v" + std::to_string(version));
+  }
 }
 
 // thresh-lowrank (threshold 1/16, rank 8), the cheap projection meant to replace pweighted on the GPU, on the
@@ -199,15 +204,18 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
     const AttentionState s = c.make();
     const OracleRun oracle = run_oracle(s);
     FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
-    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
-    std::printf("  %-24s cuda thresh-lowrank dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%)\n", c.name.c_str(),
-                100 * gpu.dq.rel_fro, 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro, 100 * cpu.dk.rel_fro);
-    const double bar = c.group == "real" ? 0.003 : 0.005;
-    EXPECT_LE(gpu.dq.rel_fro, bar) << c.name;
-    EXPECT_LE(gpu.dk.rel_fro, bar) << c.name;
-    EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << c.name;
-    EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << c.name;
+    for (int version : {0, 2}) {  // the v1 kernel and v3.1 (the default)
+      p.cuda_backward_wgmma = version;
+      const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+      std::printf("  %-24s cuda thresh-lowrank v%d dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%)\n", c.name.c_str(), version,
+                  100 * gpu.dq.rel_fro, 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro, 100 * cpu.dk.rel_fro);
+      const double bar = c.group == "real" ? 0.003 : 0.005;
+      EXPECT_LE(gpu.dq.rel_fro, bar) << c.name << " v" << version;
+      EXPECT_LE(gpu.dk.rel_fro, bar) << c.name << " v" << version;
+      EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << c.name << " v" << version;
+      EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << c.name << " v" << version;
+    }
   }
 }
 
@@ -267,19 +275,27 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
     EXPECT_NE(std::string(e.what()).find("D = 32"), std::string::npos) << e.what();
   }
-  // The experimental wgmma backward is refused, not rerouted, where it does not apply (here the gproj variant).
+  // An explicit wgmma backward is refused, not rerouted, where it does not apply: v3.0 with the gproj variant,
+  // v3.1 with the pweighted projection and with deterministic mode.
   test::Case c128{64, 64, 2, 2, 128, false, 64, 64};
   const AttentionState s128 = test::state_for(c128, 2);
-  FlashParams q = test::params_for(Variant::kGproj);
-  const ForwardResult f = attention_forward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), q);
-  q.cuda_backward_wgmma = 2;
-  try {
-    attention_backward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), f.o.view(), f.o_fp32.view(),
-                       f.lse.view(), s128.dout.view(), q);
-    ADD_FAILURE() << "cuda_backward_wgmma with the gproj variant was expected to be refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("cuda_backward_wgmma"), std::string::npos) << e.what();
+  const FlashParams base = test::params_for(Variant::kGproj);
+  const ForwardResult f = attention_forward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), base);
+  FlashParams v30 = base, v31_pw = test::params_for(Variant::kGproj, Projection::kPWeighted), v31_det = v31_pw;
+  v30.cuda_backward_wgmma = 1;
+  v31_pw.cuda_backward_wgmma = 2;
+  v31_det.cuda_backward_wgmma = 2;
+  v31_det.deterministic = true;
+  for (const auto& [what, q] : {std::pair<const char*, FlashParams>{"v3.0 with gproj", v30}, {"v3.1 with pweighted", v31_pw},
+                                {"v3.1 deterministic", v31_det}}) {
+    try {
+      attention_backward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), f.o.view(), f.o_fp32.view(),
+                         f.lse.view(), s128.dout.view(), q);
+      ADD_FAILURE() << what << " was expected to be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("cuda_backward_wgmma"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -244,24 +244,26 @@ Status launch_bwd_wg(const KernelParams& k, const detail::BwdTmaMaps& maps, dim3
   return last_error("backward main, wgmma");
 }
 
-// The inputs of a backward, for the kernels that build TMA descriptors of them.
-struct BwdInputs {
-  const DeviceTensor &q, &k, &v, &dout;
-};
+// v3.1's TMA descriptors of q, do, k, v (before any kernel runs, so that auto mode can fall back to v1).
+Status bwd_tma_maps(detail::BwdTmaMaps* maps, const Problem& p, const DeviceTensor& q, const DeviceTensor& k,
+                    const DeviceTensor& v, const DeviceTensor& dout) {
+  for (Status s : {tensor_map(&maps->q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps->dout, dout, p.B, p.Nq, p.H, p.D, "do"),
+                   tensor_map(&maps->k, k, p.B, p.Nk, p.Hkv, p.D, "k"), tensor_map(&maps->v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
+    if (!s.ok) return s;
+  }
+  return {};
+}
 
-// The wgmma backward main kernel (128 keys per CTA): v3.0 (version 1) or the TMA-fed v3.1 (version 2), with the
-// row statistics only when the audit asks for them; `thresh`: v3.1's thresh-lowrank form.
+// The wgmma backward main kernel (128 keys per CTA): v3.0 (version 1) or the TMA-fed v3.1 (version 2, `maps`
+// from bwd_tma_maps), with the row statistics only when the audit asks for them; `thresh`: v3.1's
+// thresh-lowrank form.
 template <int D>
-Status backward_wgmma(const KernelParams& k, int version, bool thresh, const BwdInputs& in, cudaStream_t stream) {
+Status backward_wgmma(const KernelParams& k, int version, bool thresh, const detail::BwdTmaMaps& maps,
+                      cudaStream_t stream) {
   const dim3 grid((k.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, k.H, k.B);
-  detail::BwdTmaMaps maps{};
   if (version == 1) {
     return k.row_stats ? launch_bwd_wg<D, true, false>(k, maps, grid, stream)
                        : launch_bwd_wg<D, false, false>(k, maps, grid, stream);
-  }
-  for (Status s : {tensor_map(&maps.q, in.q, k.B, k.Nq, k.H, D, "q"), tensor_map(&maps.dout, in.dout, k.B, k.Nq, k.H, D, "do"),
-                   tensor_map(&maps.k, in.k, k.B, k.Nk, k.Hkv, D, "k"), tensor_map(&maps.v, in.v, k.B, k.Nk, k.Hkv, D, "v")}) {
-    if (!s.ok) return s;
   }
   if (thresh) return launch_bwd_wg<D, false, true, true>(k, maps, grid, stream);
   return k.row_stats ? launch_bwd_wg<D, true, true>(k, maps, grid, stream)
@@ -311,7 +313,7 @@ Workspace layout(const Problem& p) {
 // thresh-lowrank (docs/gproj-projection.md): pre-pass on K, the main kernel with the row lists and P (K U), the
 // dQ postprocess with the corrections, the suffix sums of the uniform dK part.
 template <int D>
-Status backward_thresh(const KernelParams& k, const BwdInputs* wg_in, cudaStream_t stream) {
+Status backward_thresh(const KernelParams& k, const detail::BwdTmaMaps* v31_maps, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
   const int key_tiles = (k.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock;
   Status s = launch(detail::gram_kernel<D>, dim3((key_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.Hkv, k.B),
@@ -322,8 +324,8 @@ Status backward_thresh(const KernelParams& k, const BwdInputs* wg_in, cudaStream
                        detail::kBwdThreads);
   if (!s.ok) return s;
   constexpr int blk = detail::kBwdBlock;
-  if (wg_in != nullptr) {  // v3.1 (the default where it applies)
-    s = backward_wgmma<D>(k, 2, true, *wg_in, stream);
+  if (v31_maps != nullptr) {  // v3.1 (the default where it applies)
+    s = backward_wgmma<D>(k, 2, true, *v31_maps, stream);
   } else {
     s = launch(detail::flash_bwd_tc_kernel<D, false, true, true, true>, dim3((k.Nk + blk - 1) / blk, k.H, k.B),
                detail::bwd_tc_smem_bytes<D>(), stream, k, "backward main, tensor cores, thresh-lowrank",
@@ -462,7 +464,13 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
                 "cuda_backward_wgmma = 2 (v3.1) serves variants baseline, fwdfix and gproj with projection "
                 "thresh-lowrank, with 16-byte aligned rows, without deterministic mode or the wide backward");
   }
-  const BwdInputs wg_in{q, k, v, dout};
+  detail::BwdTmaMaps maps{};
+  if (wg_version == 2) {  // the driver may refuse a descriptor (e.g. zero strides): auto mode then takes v1
+    if (Status ms = bwd_tma_maps(&maps, p, q, k, v, dout); !ms.ok) {
+      if (p.params.cuda_backward_wgmma != -1) return ms;
+      wg_version = 0;
+    }
+  }
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
       return fail(ErrorCode::kInvalidArgument, std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
@@ -496,8 +504,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (thresh) {
     if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of q, k, v, do; "
                                                  "the reference kernels for other rows implement projection pweighted");
-    const BwdInputs* wi = wg_version == 2 ? &wg_in : nullptr;
-    Status s = p.D == 64 ? backward_thresh<64>(kp, wi, st) : backward_thresh<128>(kp, wi, st);
+    const detail::BwdTmaMaps* v31 = wg_version == 2 ? &maps : nullptr;
+    Status s = p.D == 64 ? backward_thresh<64>(kp, v31, st) : backward_thresh<128>(kp, v31, st);
     if (!s.ok) return s;
     detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
     return last_error("backward dK/dV postprocess");
@@ -505,8 +513,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   const bool wide = p.params.cuda_backward_warps == 8;
   Status s;
   if (wg_version != 0) {  // v3.0 or v3.1 (checked above)
-    s = p.D == 64 ? backward_wgmma<64>(kp, wg_version, false, wg_in, st)
-                  : backward_wgmma<128>(kp, wg_version, false, wg_in, st);
+    s = p.D == 64 ? backward_wgmma<64>(kp, wg_version, false, maps, st)
+                  : backward_wgmma<128>(kp, wg_version, false, maps, st);
   } else {
     s = p.D == 64 ? backward_variant<64>(kp, p.params.variant, pweighted, det, tc, wide, st)
                   : backward_variant<128>(kp, p.params.variant, pweighted, det, tc, wide, st);

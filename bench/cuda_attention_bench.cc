@@ -115,19 +115,22 @@ int main(int argc, char** argv) {
           Variant variant;
           Projection projection;
           int backward_warps;
-          bool wgmma_forward;
+          int wgmma_forward;  // 0 v1, 1 v2.1, 2 v2.2 (TMA)
           bool row_stats = false;  // the audit's r_i, s_i (the main kernel's kStats form): only with --only
           int wgmma_backward = -1;  // the backward main kernel: -1 auto (v3.1 where it applies), 0 v1, 1 v3.0, 2 v3.1
         };
         // baseline and gproj (thresh-lowrank): the defaults (v3.1); -v1: the mma.sync kernels; gproj-pw: the
-        // pweighted projection (v1); on demand (--only): base-w8-wg, the wide backward with the wgmma forward;
+        // pweighted projection (v1); -fwd21 / -fwd22: the wgmma forwards v2.1 / v2.2; on demand (--only): base-w8-wg, the wide backward with the wgmma forward;
         // base-wgbwd, v3.0; base-stats, the audit's statistics.
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4, false},
                                   Config{"base-v1", Variant::kBaseline, Projection::kNone, 4, false, false, 0},
                                   Config{"gproj", Variant::kGproj, Projection::kThreshLowRank, 4, false},
                                   Config{"gproj-v1", Variant::kGproj, Projection::kThreshLowRank, 4, false, false, 0},
                                   Config{"gproj-pw", Variant::kGproj, Projection::kPWeighted, 4, false},
-                                  Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, true},
+                                  Config{"base-fwd21", Variant::kBaseline, Projection::kNone, 4, 1},
+                                  Config{"base-fwd22", Variant::kBaseline, Projection::kNone, 4, 2},
+                                  Config{"gproj-fwd22", Variant::kGproj, Projection::kThreshLowRank, 4, 2},
+                                  Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, 1},
                                   Config{"base-wgbwd", Variant::kBaseline, Projection::kNone, 4, false, false, 1},
                                   Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true}}) {
           // The experimental forms and the audit's statistics run only when named (--only).

@@ -57,7 +57,8 @@ struct FlashParams {
   int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
   Accumulation accumulation = Accumulation::kIeeeFp32;
   bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
-  bool cuda_wgmma_forward = false;     // CUDA, experimental: the wgmma (sm_90a) forward of flash_fwd_wg.cuh
+  int cuda_wgmma_forward = 0;          // CUDA forward: 0 = the v1 mma.sync kernel; experimental, the wgmma
+                                       // (sm_90a) forward of flash_fwd_wg.cuh: 1 = v2.1, 2 = v2.2 (TMA)
   int cuda_backward_warps = 4;         // CUDA, experimental: 8 = the wide backward (128 keys per CTA) for the
                                        // variants without a projection; 4 = the default kernel
   int cuda_backward_wgmma = -1;        // CUDA backward main kernel: -1 = auto (v3.1 where it applies: baseline,

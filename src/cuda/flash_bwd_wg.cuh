@@ -23,12 +23,6 @@ namespace gproj::cuda::detail {
 
 constexpr int kWgBwdKeys = 128, kWgBwdRows = 64;
 
-// v3.1's TMA descriptors (launch.cu): (D, heads, rows, B) views of Q, dO (H, Nq) and K, V (Hkv, Nk), boxes of
-// 64 columns x 64 rows, 128B-swizzled (the sw128 tile layout of wgmma.cuh). Unused by v3.0.
-struct BwdTmaMaps {
-  CUtensorMap q, dout, k, v;
-};
-
 // Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead).
 template <bool kTma>
 constexpr int kBwdWgStages = kTma ? 3 : 2;
@@ -80,7 +74,7 @@ __device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t*
 // block is private), so the two warpgroups drift apart and one's element-wise phase overlaps the other's wgmma.
 template <int D, bool kStats, bool kTma, bool kThresh = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
-    flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ BwdTmaMaps maps) {
+    flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "tiles are 64-column blocks; registers hold dK, dV for D <= 128");
   static_assert(!kThresh || (kTma && !kStats), "thresh-lowrank runs on v3.1, with its own statistics");

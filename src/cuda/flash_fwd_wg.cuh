@@ -14,6 +14,7 @@
 #include "cuda/flash_fwd_tc.cuh"  // softmax_block
 #include "cuda/kernel_common.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace gproj::cuda::detail {
@@ -22,7 +23,8 @@ constexpr int kWgRows = 128, kWgThreads = 256, kWgStages = 3;
 
 template <int D>
 constexpr size_t fwd_wg_smem_bytes() {
-  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + 1024;  // + 1024: tiles realigned to 1024 B
+  // + 1024: tiles realigned to 1024 B; + 64: v2.2's mbarriers
+  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + 1024 + 64;
 }
 
 // Loads rows [n0, n0 + count) of a strided (B, N, H, D) tensor into a 128B-swizzled [D/64][kRows][64] tile.
@@ -38,8 +40,12 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
   }
 }
 
-template <int D, bool kTieFix>
-__global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const KernelParams p) {
+// kTma (v2.2): thread 0 loads Q and the K, V blocks with TMA (two blocks ahead, three stages; mbarriers full per
+// stage, completed by the copies, and empty per stage, one arrival per warp once its P V of the block is done),
+// and no CTA-wide barrier remains in the loop: the two warpgroups drift apart, as in the backward's v3.1.
+template <int D, bool kTieFix, bool kTma = false>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    flash_fwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BQ = kWgRows, BK = 64, kNB = D / 64;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -47,6 +53,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BQ][64]
   bf16_t* sK = sQ + BQ * D;                // [kWgStages][kNB][BK][64], K-major for S = Q K^T
   bf16_t* sV = sK + kWgStages * BK * D;    // [kWgStages][kNB][BK][64], MN-major for O += P V
+  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kWgStages * BK * D);  // v2.2: [3] K, V landed; [3] empty;
+  uint64_t* empty = full + 3;                                              // [1] Q landed
+  uint64_t* q_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int wg = warp >> 2, w4 = warp & 3;
   const int b = blockIdx.z, h = blockIdx.y;
@@ -64,9 +73,38 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
     cp_async_commit();
   };
 
-  load_sw128_async<BQ, D>(sQ, p.q, b, i0, rows, h);
-  load_kv(0);  // group 0: Q, K0, V0
-  load_kv(1);
+  const auto tma_kv = [&](int jb) {  // v2.2, thread 0: K, V of block jb into stage jb % 3 (rows past Nk: zeros)
+    const int st = jb % kWgStages;
+    mbar_arrive_expect_tx(&full[st], 2 * BK * D * sizeof(bf16_t));
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb) {
+      tma_load_4d(sK + st * BK * D + nb * BK * 64, &maps.k, nb * 64, hk, jb * BK, b, &full[st]);
+      tma_load_4d(sV + st * BK * D + nb * BK * 64, &maps.v, nb * 64, hk, jb * BK, b, &full[st]);
+    }
+  };
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kWgStages; ++s) {
+        mbar_init(&full[s], 1);
+        mbar_init(&empty[s], kWgThreads / 32);
+      }
+      mbar_init(q_full, 1);
+      mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(q_full, BQ * D * sizeof(bf16_t));  // whole boxes: rows past Nq arrive as zeros
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int r = 0; r < BQ; r += 64) tma_load_4d(sQ + nb * BQ * 64 + r * 64, &maps.q, nb * 64, h, i0 + r, b, q_full);
+      for (int jb = 0; jb < min(2, nblocks); ++jb) tma_kv(jb);
+    }
+  } else {
+    load_sw128_async<BQ, D>(sQ, p.q, b, i0, rows, h);
+    load_kv(0);  // group 0: Q, K0, V0
+    load_kv(1);
+  }
 
   const int r0 = wg * 64 + w4 * 16;  // this warp's 16 rows inside the CTA's 128
   const int row_a = i0 + r0 + g, row_b = row_a + 8;
@@ -95,10 +133,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
     wg_commit();
   };
 
+  if constexpr (kTma) mbar_wait(q_full, 0);  // also when no key block is visible: no copy may outlive the CTA
   if (nblocks > 0) {
-    cp_async_wait<1>();  // group 0
-    fence_async_smem();
-    __syncthreads();
+    if constexpr (kTma) {
+      mbar_wait(&full[0], 0);
+    } else {
+      cp_async_wait<1>();  // group 0
+      fence_async_smem();
+      __syncthreads();
+    }
     issue_s(0);
     wg_wait0();
     fence_regs(s);
@@ -131,13 +174,24 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
         o[nb][4 * j + 2] *= alpha_b;
         o[nb][4 * j + 3] *= alpha_b;
       }
+    if (kTma && jb >= 1 && lane == 0) mbar_arrive(&empty[(jb - 1) % kWgStages]);  // P V of jb - 1 is done
     if (kNext) {
-      // Block jb + 1 is loaded (its group was committed an iteration ago) and, after the barrier, stage
-      // (jb + 2) % 3 = (jb - 1) % 3 is free in both warpgroups (their P V of block jb - 1 has completed).
-      cp_async_wait<0>();
-      fence_async_smem();
-      __syncthreads();
-      load_kv(jb + 2);
+      if constexpr (kTma) {
+        // Block jb + 2 into the stage of block jb - 1 once all eight warps have released it; then wait for
+        // block jb + 1 (loaded two blocks ago).
+        if (threadIdx.x == 0 && jb + 2 < nblocks) {
+          if (jb >= 1) mbar_wait(&empty[(jb + 2) % kWgStages], ((jb - 1) / kWgStages) & 1);
+          tma_kv(jb + 2);
+        }
+        mbar_wait(&full[(jb + 1) % kWgStages], ((jb + 1) / kWgStages) & 1);
+      } else {
+        // Block jb + 1 is loaded (its group was committed an iteration ago) and, after the barrier, stage
+        // (jb + 2) % 3 = (jb - 1) % 3 is free in both warpgroups (their P V of block jb - 1 has completed).
+        cp_async_wait<0>();
+        fence_async_smem();
+        __syncthreads();
+        load_kv(jb + 2);
+      }
       issue_s(jb + 1);
     }
     // O += bf16(P) V of block jb, one 64-column block of D at a time, 16 keys per step.
@@ -161,7 +215,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) flash_fwd_wg_kernel(const Kerne
   wg_wait0();
 #pragma unroll
   for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
-  cp_async_wait<0>();
+  if constexpr (!kTma) cp_async_wait<0>();
 
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] (n8 tile 8 nb + j, element e).
   store_o_lse<D>(p, b, h, row_a, tq, m_a, m_b, l_a, l_b, reinterpret_cast<const float(&)[D / 8][4]>(o));

@@ -156,16 +156,25 @@ Status forward_d(const KernelParams& k, cudaStream_t stream) {
 }
 
 template <int D, bool kTie>
-Status forward_wg(const KernelParams& k, cudaStream_t stream) {
+Status forward_wg(const KernelParams& k, int version, const detail::TmaMaps& maps, cudaStream_t stream) {
   const dim3 grid((k.Nq + detail::kWgRows - 1) / detail::kWgRows, k.H, k.B);
-  return launch(detail::flash_fwd_wg_kernel<D, kTie>, grid, detail::fwd_wg_smem_bytes<D>(), stream, k,
-                "forward (wgmma)", detail::kWgThreads);
+  const auto kernel = version == 2 ? detail::flash_fwd_wg_kernel<D, kTie, true> : detail::flash_fwd_wg_kernel<D, kTie, false>;
+  const size_t smem = detail::fwd_wg_smem_bytes<D>();
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
+    return last_error("forward (wgmma)");
+  }
+  kernel<<<grid, detail::kWgThreads, smem, stream>>>(k, maps);
+  return last_error("forward (wgmma)");
 }
 
+// wgmma: 0 = the v1 kernel, 1 = v2.1, 2 = v2.2 (TMA, `maps`); rows that are not 16-byte aligned and the fp32
+// variant take the reference kernels.
 template <int D>
-Status forward_variant(const KernelParams& k, Variant v, bool tc, bool wgmma, cudaStream_t stream) {
-  if (tc && wgmma && v != Variant::kFp32) {
-    return v == Variant::kBaseline ? forward_wg<D, false>(k, stream) : forward_wg<D, true>(k, stream);
+Status forward_variant(const KernelParams& k, Variant v, bool tc, int wgmma, const detail::TmaMaps& maps,
+                       cudaStream_t stream) {
+  if (tc && wgmma != 0 && v != Variant::kFp32) {
+    return v == Variant::kBaseline ? forward_wg<D, false>(k, wgmma, maps, stream)
+                                   : forward_wg<D, true>(k, wgmma, maps, stream);
   }
   if (tc && v != Variant::kFp32) {
     return v == Variant::kBaseline ? forward_tc<D, false>(k, stream) : forward_tc<D, true>(k, stream);
@@ -234,7 +243,7 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
 }
 
 template <int D, bool kStats, bool kTma, bool kThresh = false>
-Status launch_bwd_wg(const KernelParams& k, const detail::BwdTmaMaps& maps, dim3 grid, cudaStream_t stream) {
+Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 grid, cudaStream_t stream) {
   const auto kernel = detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh>;
   const size_t smem = detail::bwd_wg_smem_bytes<D, kTma, kThresh>();
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
@@ -245,7 +254,7 @@ Status launch_bwd_wg(const KernelParams& k, const detail::BwdTmaMaps& maps, dim3
 }
 
 // v3.1's TMA descriptors of q, do, k, v (before any kernel runs, so that auto mode can fall back to v1).
-Status bwd_tma_maps(detail::BwdTmaMaps* maps, const Problem& p, const DeviceTensor& q, const DeviceTensor& k,
+Status bwd_tma_maps(detail::TmaMaps* maps, const Problem& p, const DeviceTensor& q, const DeviceTensor& k,
                     const DeviceTensor& v, const DeviceTensor& dout) {
   for (Status s : {tensor_map(&maps->q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps->dout, dout, p.B, p.Nq, p.H, p.D, "do"),
                    tensor_map(&maps->k, k, p.B, p.Nk, p.Hkv, p.D, "k"), tensor_map(&maps->v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
@@ -258,7 +267,7 @@ Status bwd_tma_maps(detail::BwdTmaMaps* maps, const Problem& p, const DeviceTens
 // from bwd_tma_maps), with the row statistics only when the audit asks for them; `thresh`: v3.1's
 // thresh-lowrank form.
 template <int D>
-Status backward_wgmma(const KernelParams& k, int version, bool thresh, const detail::BwdTmaMaps& maps,
+Status backward_wgmma(const KernelParams& k, int version, bool thresh, const detail::TmaMaps& maps,
                       cudaStream_t stream) {
   const dim3 grid((k.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, k.H, k.B);
   if (version == 1) {
@@ -313,7 +322,7 @@ Workspace layout(const Problem& p) {
 // thresh-lowrank (docs/gproj-projection.md): pre-pass on K, the main kernel with the row lists and P (K U), the
 // dQ postprocess with the corrections, the suffix sums of the uniform dK part.
 template <int D>
-Status backward_thresh(const KernelParams& k, const detail::BwdTmaMaps* v31_maps, cudaStream_t stream) {
+Status backward_thresh(const KernelParams& k, const detail::TmaMaps* v31_maps, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
   const int key_tiles = (k.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock;
   Status s = launch(detail::gram_kernel<D>, dim3((key_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.Hkv, k.B),
@@ -379,9 +388,20 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   kp.o_fp32_out = static_cast<float*>(o_fp32.data);
   const auto st = static_cast<cudaStream_t>(stream);
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v);
-  const bool wgmma = p.params.cuda_wgmma_forward;
-  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, st)
-                   : forward_variant<128>(kp, p.params.variant, tc, wgmma, st);
+  const int wgmma = p.params.cuda_wgmma_forward;
+  if (wgmma < 0 || wgmma > 2) {
+    return fail(ErrorCode::kInvalidArgument, "cuda_wgmma_forward must be 0 (the v1 kernel), 1 (v2.1) or 2 (v2.2, TMA); got " +
+                                                 std::to_string(wgmma));
+  }
+  detail::TmaMaps maps{};
+  if (wgmma == 2 && tc && p.params.variant != Variant::kFp32) {
+    for (Status s : {tensor_map(&maps.q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps.k, k, p.B, p.Nk, p.Hkv, p.D, "k"),
+                     tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
+      if (!s.ok) return s;
+    }
+  }
+  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
+                   : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
 }
 
 size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }
@@ -464,7 +484,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
                 "cuda_backward_wgmma = 2 (v3.1) serves variants baseline, fwdfix and gproj with projection "
                 "thresh-lowrank, with 16-byte aligned rows, without deterministic mode or the wide backward");
   }
-  detail::BwdTmaMaps maps{};
+  detail::TmaMaps maps{};
   if (wg_version == 2) {  // the driver may refuse a descriptor (e.g. zero strides): auto mode then takes v1
     if (Status ms = bwd_tma_maps(&maps, p, q, k, v, dout); !ms.ok) {
       if (p.params.cuda_backward_wgmma != -1) return ms;
@@ -504,7 +524,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (thresh) {
     if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of q, k, v, do; "
                                                  "the reference kernels for other rows implement projection pweighted");
-    const detail::BwdTmaMaps* v31 = wg_version == 2 ? &maps : nullptr;
+    const detail::TmaMaps* v31 = wg_version == 2 ? &maps : nullptr;
     Status s = p.D == 64 ? backward_thresh<64>(kp, v31, st) : backward_thresh<128>(kp, v31, st);
     if (!s.ok) return s;
     detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);

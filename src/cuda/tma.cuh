@@ -9,6 +9,13 @@
 
 namespace gproj::cuda::detail {
 
+// TMA descriptors of an attention's inputs (launch.cu): (D, heads, rows, B) views of Q, dO (H, Nq) and K, V
+// (Hkv, Nk), boxes of 64 columns x 64 rows, 128B-swizzled (the sw128 tile layout of wgmma.cuh). The forward
+// leaves dout unset.
+struct TmaMaps {
+  CUtensorMap q, dout, k, v;
+};
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

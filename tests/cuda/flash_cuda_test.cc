@@ -141,12 +141,15 @@ TEST_P(CudaSweep, WgmmaForwardMatchesOracleAndCpu) {
   const OracleRun& oracle = in.oracle;
   const VariantRun& ref = in.ref;
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix, Variant::kGproj}) {
-    FlashParams p = test::params_for(v);
-    p.cuda_wgmma_forward = true;
-    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     const VariantRun cpu = run_variant(s, test::params_for(v), oracle, Device::kCpu);
-    expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kForward, std::string("wgmma ") + variant_name(v));
-    EXPECT_LE(gpu.lse.rel_fro, 2 * ref.lse.rel_fro + 1e-6) << variant_name(v);
+    for (int version : {1, 2}) {  // v2.1 (cp.async) and v2.2 (TMA)
+      FlashParams p = test::params_for(v);
+      p.cuda_wgmma_forward = version;
+      const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+      expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kForward,
+                                    "wgmma v2." + std::to_string(version) + " " + variant_name(v));
+      EXPECT_LE(gpu.lse.rel_fro, 2 * ref.lse.rel_fro + 1e-6) << variant_name(v) << " v2." << version;
+    }
   }
 }
 

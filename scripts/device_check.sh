@@ -3,9 +3,10 @@
 # run the C++ tests (GPU ones included), compute-sanitizer on small cases, the audit on the GPU, and print a
 # short summary last. Logs and reports go to $OUT. First `bash scripts/device_deps.sh` here (Debian build deps
 # into .deps, the commit into .gproj_commit: the copy there has no .git), then the device tool runs
-# `GPROJ_COMMIT=<commit> bash scripts/device_check.sh` with carry [".deps", ".gproj_commit", ".prebuilt"] (the
-# builds record GPROJ_COMMIT; a carried .gproj_commit once reached the machine stale). With .prebuilt from
-# scripts/device_prebuild.sh for the same commit nothing is built there (saves 1.5 minutes of device time).
+# `GPROJ_COMMIT=<commit> bash scripts/device_check.sh` (the builds record GPROJ_COMMIT; a carried .gproj_commit
+# once reached the machine stale). Usual: scripts/device_prebuild.sh here for the same commit and carry
+# [".gproj_commit", ".prebuilt"]: nothing is built there (saves 1.5 minutes of device time). Without it, carry
+# [".deps", ".gproj_commit"] and everything is built on the machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"

@@ -3,9 +3,11 @@
 # OpenBLAS for setup.py, sets GPROJ_COMMIT (the command line's, else .gproj_commit), and sets `prebuilt` to 1
 # when .prebuilt (scripts/device_prebuild.sh) was built for that commit.
 deps=/tmp/gproj-deps
-if [ -d .deps/debs ]; then
+debs=.deps/debs
+[ -d "$debs" ] || debs=.prebuilt/debs  # the runtime packages only (scripts/device_prebuild.sh)
+if [ -d "$debs" ]; then
   mkdir -p "$deps"
-  for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
+  for f in "$debs"/*.deb; do dpkg -x "$f" "$deps"; done
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
 fi
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
@@ -13,4 +15,7 @@ export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthre
 export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
 export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
 prebuilt=""
-if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then prebuilt=1; fi
+if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then
+  prebuilt=1
+  if [ -f .prebuilt/pack.tar.xz ] && [ ! -x .prebuilt/bin/cuda_tests ]; then tar xJf .prebuilt/pack.tar.xz -C .prebuilt; fi
+fi

@@ -3,8 +3,11 @@
 # command spends its minutes on tests and benchmarks: the CUDA C++ targets (cuda_tests, gproj,
 # cuda_attention_bench; sm_90, portable CPU flags) and the PyTorch extension with the CUDA kernels for the GPU
 # machine's Python 3.12 and torch 2.11.0+cu130 (a venv in build/venv312 with the same torch from PyPI). Both are
-# stripped into .prebuilt/ (ignored; name it in the device tool's carry) with the commit in .prebuilt/COMMIT;
-# device_check.sh uses them when that commit equals GPROJ_COMMIT and builds on the machine otherwise.
+# stripped and packed into .prebuilt/pack.tar.xz (40 MB of binaries travel as ~8 MB; the device tool carries at
+# most 64 MiB with the working tree), beside the commit in .prebuilt/COMMIT and the four Debian runtime packages
+# the binaries load (OpenBLAS, gfortran, gomp, fmt) in .prebuilt/debs. The device tool's carry is then
+# [".gproj_commit", ".prebuilt"]; scripts/device_env.sh unpacks it when COMMIT equals GPROJ_COMMIT (.deps, the
+# build dependencies, is needed only for a build on the machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.prebuilt/' .git/info/exclude 2>/dev/null || echo '/.prebuilt/' >> .git/info/exclude
@@ -29,10 +32,16 @@ fi
 GPROJ_CUDA=1 MAX_JOBS="$(nproc)" "$py" setup.py build_ext --inplace >build/prebuilt.python.log 2>&1 ||
   { tail -30 build/prebuilt.python.log; exit 1; }
 
-rm -rf .prebuilt && mkdir -p .prebuilt/bin
+stage=build/prebuilt.stage
+rm -rf "$stage" .prebuilt && mkdir -p "$stage/bin" .prebuilt/debs
 cp build/prebuilt/tests/cuda_tests build/prebuilt/gproj build/prebuilt/bench/cuda_attention_bench \
-  build/prebuilt/bench/wgmma_probe .prebuilt/bin/
-cp python/gproj/_C.cpython-312-x86_64-linux-gnu.so .prebuilt/
-strip .prebuilt/bin/* .prebuilt/_C.cpython-312-x86_64-linux-gnu.so
+  build/prebuilt/bench/wgmma_probe "$stage/bin/"
+cp python/gproj/_C.cpython-312-x86_64-linux-gnu.so "$stage/"
+strip "$stage"/bin/* "$stage/_C.cpython-312-x86_64-linux-gnu.so"
+tar cJf .prebuilt/pack.tar.xz -C "$stage" bin _C.cpython-312-x86_64-linux-gnu.so
+[ -d .deps/debs ] || bash scripts/device_deps.sh
+for p in libopenblas0-pthread libgfortran5 libgomp1 libfmt9; do
+  cp .deps/debs/${p}_*.deb .prebuilt/debs/ || { echo "device_prebuild: no $p package in .deps/debs" >&2; exit 1; }
+done
 echo "$commit" > .prebuilt/COMMIT
 echo "device_prebuild: $(du -sh .prebuilt | cut -f1) in .prebuilt for $commit in $((SECONDS - t0)) s"

@@ -3,7 +3,7 @@
 # each projection configuration, a fuller ncu report (speed of light, occupancy, warp stalls) of the main
 # forward and backward kernels, and the CUDA outputs of thresh-lowrank on a few stress cases (for a comparison
 # with the CPU emulator on this machine). Needs .prebuilt for the commit (scripts/device_prebuild.sh).
-# Device tool: `GPROJ_COMMIT=<commit> bash scripts/device_profile.sh`, carry [".deps", ".gproj_commit", ".prebuilt"].
+# Device tool: `GPROJ_COMMIT=<commit> bash scripts/device_profile.sh`, carry [".gproj_commit", ".prebuilt"].
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"

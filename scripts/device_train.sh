@@ -4,7 +4,7 @@
 # packs their run folders (metrics, audits, env, summary; no state files) into $OUT/runs.tgz.
 #
 #   GPROJ_COMMIT=<commit> bash scripts/device_train.sh PLAN
-# (device tool: carry [".deps", ".gproj_commit", ".prebuilt"]; .prebuilt from scripts/device_prebuild.sh, else the
+# (device tool: carry [".gproj_commit", ".prebuilt"]; .prebuilt from scripts/device_prebuild.sh, else the
 # extension is built there, about a minute)
 #
 # PLAN has one job per line, `GPUS NAME ARGS...` (ARGS go to examples/train_gpt.py; GPUS "0" or "0,1": two or

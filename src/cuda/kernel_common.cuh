@@ -61,6 +61,25 @@ __device__ __forceinline__ float load_bf16(const Strided& t, int b, int n, int h
   return __bfloat162float(p[b * t.s0 + n * t.s1 + h * t.s2 + d]);
 }
 
+// kV = 2 or 4 consecutive BF16 of a row (d0 a multiple of kV; rows 16-byte aligned) as floats, one load.
+template <int kV>
+__device__ __forceinline__ void load_bf16_vec(const Strided& t, int b, int n, int h, int d0, float (&out)[kV]) {
+  static_assert(kV == 2 || kV == 4, "two or four elements");
+  const auto* p = static_cast<const __nv_bfloat16*>(t.data) + b * t.s0 + n * t.s1 + h * t.s2 + d0;
+  uint32_t w[kV / 2];
+  if constexpr (kV == 4) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    w[0] = r.x, w[1] = r.y;
+  } else {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+#pragma unroll
+  for (int x = 0; x < kV / 2; ++x) {
+    out[2 * x] = __uint_as_float(w[x] << 16);
+    out[2 * x + 1] = __uint_as_float(w[x] & 0xffff0000u);
+  }
+}
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
 // fwdfix's candidate for a block whose max rm (finite) is tied: beta rm above 0, 0 below, the lift capped at

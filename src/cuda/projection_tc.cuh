@@ -227,24 +227,57 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   const int n_rest = n_vis - cnt;
   const float rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
   if (lane == 0) p.rest[row] = rest;
-  for (int d = lane; d < D; d += 32) {
-    float acc = 0.0f;
+  // Lane owns kV consecutive columns d0.. (one vector access each: loads, the dQ store and the dK atomics);
+  // per element the same operations in the same order as one column at a time.
+  constexpr int kV = D / 32;
+  const int d0 = lane * kV;
+  float acc[kV], back[kV];
+#pragma unroll
+  for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
+  for (int t = 0; t < cnt; ++t) {
+    const int j = __shfl_sync(0xffffffffu, jt, t);
+    const float pj = __shfl_sync(0xffffffffu, pt, t);
+    float kv[kV];
+    load_bf16_vec<kV>(p.k, b, j, hk, d0, kv);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) acc[e] = fmaf(pj, kv[e], acc[e]);
+  }
+#pragma unroll
+  for (int v = 0; v < kLowRank; ++v)
+#pragma unroll
+    for (int e = 0; e < kV; ++e) back[e] = fmaf(tail[v], su[v * D + d0 + e], back[e]);
+  float xs[kV];
+  if constexpr (kV == 4) {
+    const float4 a = *reinterpret_cast<const float4*>(p.dq_acc + row * D + d0);
+    xs[0] = a.x, xs[1] = a.y, xs[2] = a.z, xs[3] = a.w;
+  } else {
+    const float2 a = *reinterpret_cast<const float2*>(p.dq_acc + row * D + d0);
+    xs[0] = a.x, xs[1] = a.y;
+  }
+  uint32_t packed[kV / 2];
+#pragma unroll
+  for (int x = 0; x < kV / 2; ++x) {
+    const float x0 = xs[2 * x] - c * (acc[2 * x] + back[2 * x]), x1 = xs[2 * x + 1] - c * (acc[2 * x + 1] + back[2 * x + 1]);
+    const __nv_bfloat162 v2 = __floats2bfloat162_rn(p.scale * x0, p.scale * x1);
+    packed[x] = *reinterpret_cast<const uint32_t*>(&v2);
+  }
+  __nv_bfloat16* dq = p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0;
+  if constexpr (kV == 4) {
+    *reinterpret_cast<uint2*>(dq) = make_uint2(packed[0], packed[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(dq) = packed[0];
+  }
+  if (cnt > 0) {
+    float qd[kV];
+    load_bf16_vec<kV>(p.q, b, i, h, d0, qd);
     for (int t = 0; t < cnt; ++t) {
       const int j = __shfl_sync(0xffffffffu, jt, t);
-      const float pj = __shfl_sync(0xffffffffu, pt, t);
-      acc = fmaf(pj, load_bf16(p.k, b, j, hk, d), acc);
-    }
-    float back = 0.0f;
-#pragma unroll
-    for (int v = 0; v < kLowRank; ++v) back = fmaf(tail[v], su[v * D + d], back);
-    const float x = p.dq_acc[row * D + d] - c * (acc + back);
-    p.dq[((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d] = __float2bfloat16_rn(p.scale * x);
-    if (cnt > 0) {
-      const float qd = load_bf16(p.q, b, i, h, d);
-      for (int t = 0; t < cnt; ++t) {
-        const int j = __shfl_sync(0xffffffffu, jt, t);
-        const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
-        atomicAdd(&p.dk_acc[((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d], -w * qd);
+      const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
+      float* dst = p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0;
+      if constexpr (kV == 4) {
+        atomicAdd(reinterpret_cast<float4*>(dst), make_float4(-w * qd[0], -w * qd[1], -w * qd[2], -w * qd[3]));
+      } else {
+        atomicAdd(reinterpret_cast<float2*>(dst), make_float2(-w * qd[0], -w * qd[1]));
       }
     }
   }

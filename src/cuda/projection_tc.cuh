@@ -312,17 +312,19 @@ __global__ void suffix_part_kernel(const KernelParams p) {
 }
 
 // suffix[b, h, i, d] = sum_{i' >= i} rest_i' Q_i'[d]: block sums after blk (sequential over the few blocks),
-// then down the block's own rows; grid (ceil(Nq / 64), H, B), D threads.
+// then down the block's own rows; grid (ceil(Nq / 64), H, B), D threads. Without causal masking every key
+// reads row 0 only (the total), so only block 0 runs and only row 0 is stored (the same operations for it).
 template <int D>
 __global__ void suffix_kernel(const KernelParams p) {
   const int b = blockIdx.z, h = blockIdx.y, blk = blockIdx.x, d = threadIdx.x;
+  if (!p.causal && blk != 0) return;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   float run = 0.0f;
   for (int later = gridDim.x - 1; later > blk; --later) run += p.part[(bh * gridDim.x + later) * D + d];
   const int i0 = blk * kSuffixBlock, i1 = min(p.Nq, i0 + kSuffixBlock);
   for (int i = i1 - 1; i >= i0; --i) {
     run = fmaf(p.rest[bh * p.Nq + i], load_bf16(p.q, b, i, h, d), run);
-    p.suffix[(bh * p.Nq + i) * D + d] = run;
+    if (p.causal || i == 0) p.suffix[(bh * p.Nq + i) * D + d] = run;
   }
 }
 

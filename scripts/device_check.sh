@@ -55,13 +55,9 @@ timeout 150 "$cuda_tests_bin" >"$out/cuda_tests.log" 2>&1
 note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
 
 # Small cases of every kernel path: the default and wide backward, and (odd row count) pweighted and thresh-lowrank.
+# synccheck: the named barriers and mbarriers of the TMA kernels.
 small='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Cuda.OddRowCountKeepsTheWorkspaceAligned'
-for tool in memcheck racecheck; do
-  t0=$(date +%s)
-  timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cuda_tests_bin" --gtest_filter="$small" \
-    >"$out/sanitizer_$tool.log" 2>&1
-  note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
-done
+run_sanitizers "$out" "$cuda_tests_bin" "$small" memcheck racecheck synccheck
 
 t0=$(date +%s)
 timeout 60 "$gproj_bin" check --suite stress --device all --quiet --json "$out/check.json" \

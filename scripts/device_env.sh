@@ -14,6 +14,18 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
 export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
 export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
+# run_sanitizers LOG_DIR TEST_BIN FILTER TOOL...: compute-sanitizer TOOL on the GPU tests matching FILTER, one
+# log per tool, and a `note` line (the caller's summary function) each.
+run_sanitizers() {
+  local dir=$1 bin=$2 filter=$3 tool t0
+  shift 3
+  for tool in "$@"; do
+    t0=$(date +%s)
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" >"$dir/sanitizer_$tool.log" 2>&1
+    note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/sanitizer_$tool.log" | tail -1)"
+  done
+}
+
 prebuilt=""
 if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then
   prebuilt=1

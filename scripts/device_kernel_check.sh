@@ -26,14 +26,7 @@ timeout 240 "$bin/cuda_tests" --gtest_filter="${TEST_FILTER:-*}" >"$out/cuda_tes
 note "cuda_tests ${TEST_FILTER:-*}: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_tests.log" | head -3 | tr '\n' ' ')"
 grep -E "^\[  FAILED  \]|Failure|error" "$out/cuda_tests.log" | head -20
 
-if [ -n "${SMALL_FILTER:-}" ]; then
-  for tool in memcheck racecheck synccheck; do
-    t0=$(date +%s)
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cuda_tests" --gtest_filter="$SMALL_FILTER" \
-      >"$out/sanitizer_$tool.log" 2>&1
-    note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
-  done
-fi
+[ -z "${SMALL_FILTER:-}" ] || run_sanitizers "$out" "$bin/cuda_tests" "$SMALL_FILTER" memcheck racecheck synccheck
 
 t0=$(date +%s)
 if [ -z "${BENCH_LABELS:-}" ]; then

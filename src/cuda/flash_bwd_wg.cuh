@@ -141,15 +141,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     fence_async_smem();  // read by wgmma after the barrier below
   }
   if constexpr (kTma) {
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < 3; ++s) {
-        mbar_init(&full[s], 1);
-        mbar_init(&empty[s], kWgThreads / 32);
-      }
-      mbar_init(kv_full, 1);
-      mbar_init_fence();
-    }
-    __syncthreads();
+    init_load_ring(full, empty, 3, kWgThreads / 32, kv_full);
     if (threadIdx.x == 0) {
       mbar_arrive_expect_tx(kv_full, 2 * BK * D * sizeof(bf16_t));
 #pragma unroll

@@ -83,15 +83,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   };
   if constexpr (kTma) {
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < kWgStages; ++s) {
-        mbar_init(&full[s], 1);
-        mbar_init(&empty[s], kWgThreads / 32);
-      }
-      mbar_init(q_full, 1);
-      mbar_init_fence();
-    }
-    __syncthreads();
+    init_load_ring(full, empty, kWgStages, kWgThreads / 32, q_full);
     if (threadIdx.x == 0) {
       mbar_arrive_expect_tx(q_full, BQ * D * sizeof(bf16_t));  // whole boxes: rows past Nq arrive as zeros
 #pragma unroll

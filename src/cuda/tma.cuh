@@ -47,6 +47,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// A producer/consumer ring of `stages` buffers plus one buffer loaded once: thread 0 initialises full[s] (one
+// arrival, the producer's expect_tx), empty[s] (`consumer_warps` arrivals) and `once` (one arrival), then the
+// fence for the async proxy; every thread then passes a CTA barrier.
+__device__ __forceinline__ void init_load_ring(uint64_t* full, uint64_t* empty, int stages, uint32_t consumer_warps,
+                                               uint64_t* once) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], consumer_warps);
+    }
+    mbar_init(once, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+}
+
 // A 4-D tile load: box of the tensor map at coordinates (c0 innermost .. c3) into `dst` (aligned as the map's
 // swizzle needs: 1024 bytes for 128B), completing `bytes` on `bar`. One thread issues it.
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,

@@ -28,7 +28,9 @@ template <bool kTieFix, bool kPackP = true>
 __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[32], bool need_mask, int j0, int tq,
                                               int lim_a, int lim_b, float& m_a, float& m_b, float& l_a, float& l_b,
                                               float& alpha_a, float& alpha_b, uint32_t (&pf)[4][4]) {
-  float rm_a = neg_inf(), rm_b = neg_inf();
+  // Row max and, for fwdfix, the second largest value (with multiplicity) of each row: top-2 merges of pairs
+  // (hi, lo) into (m1 >= m2): m2' = max(min(m1, hi), max(m2, lo)), m1' = max(m1, hi).
+  float rm_a = neg_inf(), rm_b = neg_inf(), sec_a = neg_inf(), sec_b = neg_inf();
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
     if (need_mask) {
@@ -38,31 +40,34 @@ __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[
         if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
       }
     }
-    rm_a = fmaxf(rm_a, fmaxf(s[4 * n], s[4 * n + 1]));
-    rm_b = fmaxf(rm_b, fmaxf(s[4 * n + 2], s[4 * n + 3]));
+    const float hi_a = fmaxf(s[4 * n], s[4 * n + 1]), hi_b = fmaxf(s[4 * n + 2], s[4 * n + 3]);
+    if (kTieFix) {
+      sec_a = fmaxf(fminf(rm_a, hi_a), fmaxf(sec_a, fminf(s[4 * n], s[4 * n + 1])));
+      sec_b = fmaxf(fminf(rm_b, hi_b), fmaxf(sec_b, fminf(s[4 * n + 2], s[4 * n + 3])));
+    }
+    rm_a = fmaxf(rm_a, hi_a);
+    rm_b = fmaxf(rm_b, hi_b);
   }
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
-    rm_a = fmaxf(rm_a, __shfl_xor_sync(0xffffffffu, rm_a, o));
-    rm_b = fmaxf(rm_b, __shfl_xor_sync(0xffffffffu, rm_b, o));
+    const float oa = __shfl_xor_sync(0xffffffffu, rm_a, o), ob = __shfl_xor_sync(0xffffffffu, rm_b, o);
+    if (kTieFix) {
+      const float sa = __shfl_xor_sync(0xffffffffu, sec_a, o), sb = __shfl_xor_sync(0xffffffffu, sec_b, o);
+      sec_a = fmaxf(fminf(rm_a, oa), fmaxf(sec_a, sa));
+      sec_b = fmaxf(fminf(rm_b, ob), fmaxf(sec_b, sb));
+    }
+    rm_a = fmaxf(rm_a, oa);
+    rm_b = fmaxf(rm_b, ob);
   }
   rm_a *= p.scale;
   rm_b *= p.scale;
   float cand_a = rm_a, cand_b = rm_b;
-  if (kTieFix) {  // fwdfix: a tie at this block's max lifts the candidate to beta*max (or 0 when negative)
-    int ta = 0, tb = 0;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      ta += (s[4 * n] * p.scale >= rm_a - p.tie_tol) + (s[4 * n + 1] * p.scale >= rm_a - p.tie_tol);
-      tb += (s[4 * n + 2] * p.scale >= rm_b - p.tie_tol) + (s[4 * n + 3] * p.scale >= rm_b - p.tie_tol);
-    }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      ta += __shfl_xor_sync(0xffffffffu, ta, o);
-      tb += __shfl_xor_sync(0xffffffffu, tb, o);
-    }
-    if (rm_a != neg_inf() && ta > 1) cand_a = tied_candidate(rm_a, p.beta, p.max_shift);
-    if (rm_b != neg_inf() && tb > 1) cand_b = tied_candidate(rm_b, p.beta, p.max_shift);
+  if (kTieFix) {
+    // fwdfix: a tie at this block's max (more than one entry with scale s >= r_m - tol) lifts the candidate to
+    // beta r_m (or 0 when negative). x -> fl(scale x) is monotone, so more than one entry qualifies exactly when
+    // the second largest does: the count of the CPU emulator without counting.
+    if (rm_a != neg_inf() && sec_a * p.scale >= rm_a - p.tie_tol) cand_a = tied_candidate(rm_a, p.beta, p.max_shift);
+    if (rm_b != neg_inf() && sec_b * p.scale >= rm_b - p.tie_tol) cand_b = tied_candidate(rm_b, p.beta, p.max_shift);
   }
   const float mn_a = fmaxf(m_a, cand_a), mn_b = fmaxf(m_b, cand_b);
   const float mu_a = mn_a == neg_inf() ? 0.0f : mn_a, mu_b = mn_b == neg_inf() ? 0.0f : mn_b;

@@ -157,15 +157,17 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
     pack_p(s, pf);
+    if (!__all_sync(0xffffffffu, alpha_a == 1.0f && alpha_b == 1.0f)) {  // else the identity (see v1)
 #pragma unroll
-    for (int nb = 0; nb < kNB; ++nb)
+      for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        o[nb][4 * j] *= alpha_a;
-        o[nb][4 * j + 1] *= alpha_a;
-        o[nb][4 * j + 2] *= alpha_b;
-        o[nb][4 * j + 3] *= alpha_b;
-      }
+        for (int j = 0; j < 8; ++j) {
+          o[nb][4 * j] *= alpha_a;
+          o[nb][4 * j + 1] *= alpha_a;
+          o[nb][4 * j + 2] *= alpha_b;
+          o[nb][4 * j + 3] *= alpha_b;
+        }
+    }
     if (kTma && jb >= 1 && lane == 0) mbar_arrive(&empty[(jb - 1) % kWgStages]);  // P V of jb - 1 is done
     if (kNext) {
       if constexpr (kTma) {

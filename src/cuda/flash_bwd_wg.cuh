@@ -187,6 +187,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     mbar_wait(kv_full, 0);
   }
 
+  // v3.1, thread 0: block it + 2 into the stage of block it - 1 once all eight warps have released it (they have,
+  // unless the other warpgroup trails by a whole block).
+  const auto produce = [&](int it) {
+    if (threadIdx.x == 0 && it + 2 < count) {
+      if (it >= 1) mbar_wait(&empty[(it + 2) % 3], ((it - 1) / 3) & 1);
+      tma_q(it + 2);
+    }
+  };
+
   for (int it = 0; it < count; ++it) {
     const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % 3 : qb & 1;
     float* Ls = kTma ? sL + wg * BQ : sL + st * BQ;  // this block's LSE and delta rows
@@ -200,6 +209,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
       load_row(qb + 1);
       wg_bar_sync(1 + wg);
+      // A warpgroup whose 64 keys no query of this block sees (the causal diagonal's first block, keys past Nk)
+      // would only add zeros: it releases the stage and moves on.
+      if (j0 + wg * 64 > last_visible(p, min(i0 + BQ, p.Nq) - 1)) {
+        if (lane == 0) mbar_arrive(&empty[st]);
+        produce(it);
+        continue;
+      }
       mbar_wait(&full[st], (it / 3) & 1);
     } else {
       load_q(qb + 1);
@@ -400,12 +416,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
     }
     if constexpr (kTma) {
-      // Block it + 2 into the stage of block it - 1 once all eight warps have released it (they have, unless
-      // the other warpgroup trails by a whole block).
-      if (threadIdx.x == 0 && it + 2 < count) {
-        if (it >= 1) mbar_wait(&empty[(it + 2) % 3], ((it - 1) / 3) & 1);
-        tma_q(it + 2);
-      }
+      produce(it);
     } else {
       __syncthreads();  // sdS and the stage are rewritten by the next block
     }

@@ -128,10 +128,13 @@ def spectral_norms(model, d_model):
 
 
 def run_audit(model, args, step, run_dir):
-    """Audits the captured q, k, v, dO of every layer (first `audit_batch` sequences) and saves them as states."""
+    """Audits the captured q, k, v, dO of the audited layers (first `audit_batch` sequences) and saves them as
+    states."""
     records = []
     norms = spectral_norms(model, args.d_model)
     for layer, block in enumerate(model.blocks):
+        if args.audit_layers is not None and layer not in args.audit_layers:
+            continue
         cap = {name: t[: args.audit_batch].to(torch.bfloat16) for name, t in block.attn.capture.items()}
         rec = {"step": step, "layer": layer, "variant": args.attention, **norms[layer]}
         rec.update(attention_audit.audit_layer(cap["q"], cap["k"], cap["v"], cap["do"], args.attention))
@@ -195,6 +198,11 @@ def parse_args(argv=None):
     ap.add_argument("--out", required=True, help="run folder (created)")
     ap.add_argument("--audit-every", type=int, default=500, help="0: never")
     ap.add_argument("--audit-batch", type=int, default=4, help="sequences of the step's batch that are audited")
+    ap.add_argument("--audit-layers", default=None,
+                    help="comma-separated layers to audit (and save states of); default every layer")
+    ap.add_argument("--audit-window", default=None, metavar="START:END:EVERY",
+                    help="extra audits every EVERY steps for START <= step < END (a spike seen in an earlier run "
+                         "with the same seed and data order: the same steps come again)")
     ap.add_argument("--no-save-states", dest="save_states", action="store_false")
     ap.add_argument("--eval-every", type=int, default=500, help="0: never")
     ap.add_argument("--eval-batches", type=int, default=8)
@@ -206,7 +214,34 @@ def parse_args(argv=None):
                     help="steps between host syncs for the metrics (each step is still recorded)")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="seconds: stop cleanly after the step that passes it (summary.json says so)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.audit_layers is not None:
+        try:
+            args.audit_layers = sorted({int(x) for x in args.audit_layers.split(",") if x.strip()})
+        except ValueError:
+            ap.error(f"--audit-layers: comma-separated integers expected, got {args.audit_layers!r}")
+        bad = [x for x in args.audit_layers if not 0 <= x < args.layers]
+        if bad or not args.audit_layers:
+            ap.error(f"--audit-layers: layers are 0..{args.layers - 1}, got {bad or 'none'}")
+    if args.audit_window is not None:
+        try:
+            start, end, every = (int(x) for x in args.audit_window.split(":"))
+        except ValueError:
+            ap.error(f"--audit-window: START:END:EVERY expected, got {args.audit_window!r}")
+        if not (0 <= start < end and every > 0):
+            ap.error(f"--audit-window: need 0 <= START < END and EVERY > 0, got {args.audit_window!r}")
+        args.audit_window = (start, end, every)
+    return args
+
+
+def is_audit_step(step, args):
+    """Audits every `audit_every` steps (not step 0) and every EVERY steps inside the audit window."""
+    if args.audit_every > 0 and step % args.audit_every == 0 and step > 0:
+        return True
+    if args.audit_window is not None:
+        start, end, every = args.audit_window
+        return start <= step < end and (step - start) % every == 0
+    return False
 
 
 class DivergenceDetector:
@@ -322,7 +357,7 @@ def main(argv=None):
 
     for step in range(args.steps):
         # Decided alike on every rank (the flush below syncs ranks); only the lead audits and evaluates.
-        audit_step = args.audit_every > 0 and step % args.audit_every == 0 and step > 0
+        audit_step = is_audit_step(step, args)
         eval_step = args.eval_every > 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps)
         auditing = lead and audit_step
         for block in raw_model.blocks:

@@ -255,3 +255,24 @@ def test_summarize_runs_reports_divergence_loss_and_worst_dq(tmp_path, capsys):
     with pytest.raises(SystemExit, match="missing is not a complete run folder"):
         summarize_runs.main([str(run), str(tmp_path / "missing")])
     assert "| s | gproj-baseline |" in capsys.readouterr().out  # the complete run is still in the table
+
+
+def test_audit_layers_and_window_choose_what_is_audited(tmp_path):
+    corpus = make_corpus(tmp_path / "src")
+    (corpus / "long.py").write_text("for i in range(3):\n    print(i)\n" * 200)
+    out = tmp_path / "run"
+    train_gpt.main(TINY + ["--attention", "sdpa-bf16", "--device", "cpu", "--steps", "6", "--audit-every", "4",
+                           "--audit-layers", "1", "--audit-window", "1:4:2", "--audit-batch", "1",
+                           "--eval-every", "0", "--data", str(corpus), "--data-cache", str(tmp_path / "cache"),
+                           "--out", str(out)])
+    audit = [json.loads(line) for line in open(out / "audit.jsonl")]
+    # every 4 steps (step 4) and inside [1, 4) every 2 steps (1, 3); layer 1 only, with its state file
+    assert [(a["step"], a["layer"]) for a in audit] == [(1, 1), (3, 1), (4, 1)]
+    assert all(os.path.exists(out / a["state"]) for a in audit)
+
+
+@pytest.mark.parametrize("bad", [["--audit-layers", "7"], ["--audit-layers", "x"], ["--audit-window", "5:5:1"],
+                                 ["--audit-window", "1:2"]])
+def test_bad_audit_options_are_refused(tmp_path, bad):
+    with pytest.raises(SystemExit):
+        train_gpt.parse_args(TINY + ["--out", str(tmp_path / "r"), *bad])

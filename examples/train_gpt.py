@@ -204,6 +204,8 @@ def parse_args(argv=None):
                     help="extra audits every EVERY steps for START <= step < END (a spike seen in an earlier run "
                          "with the same seed and data order: the same steps come again)")
     ap.add_argument("--no-save-states", dest="save_states", action="store_false")
+    ap.add_argument("--save-states", dest="save_states", action="store_true",
+                    help="(the default) save the audited states; the last of the two flags wins")
     ap.add_argument("--eval-every", type=int, default=500, help="0: never")
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--continue-after-divergence", action="store_true")

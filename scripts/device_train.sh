@@ -10,7 +10,8 @@
 # PLAN has one job per line, `GPUS NAME ARGS...` (ARGS go to examples/train_gpt.py; GPUS "0" or "0,1": two or
 # more GPUs run under torchrun with DDP), and lines `wait` that wait for the jobs started so far. Lines
 # starting with # are comments. Every job gets --out $OUT/runs/NAME and --no-save-states (the files the device
-# tool brings back are few and small); TRAIN_ARGS is appended to every job.
+# tool brings back are few and small; a plan line may pass --save-states after it, and the states then come back
+# as states.tar.part_* pieces); TRAIN_ARGS is appended to every job.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 plan=${1:?usage: device_train.sh PLAN}
@@ -64,5 +65,10 @@ wait_jobs
 
 echo "== runs"
 python3 examples/summarize_runs.py "$out"/runs/* || true  # a run that died early has no summary: its log says why
+# Saved states (plans that pass --save-states after device_train's --no-save-states) travel apart, in 15 MiB
+# pieces (the device tool brings back files of at most 16 MiB): cat states.tar.part_* | tar xf -
+if compgen -G "$out/runs/*/states/*.safetensors" >/dev/null; then
+  ( cd "$out" && tar cf - runs/*/states | split -b 15M - states.tar.part_ && rm -rf runs/*/states )
+fi
 ( cd "$out" && tar czf runs.tgz runs logs && rm -rf runs logs )
 ls -la "$out"

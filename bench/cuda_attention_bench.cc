@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
                                   Config{"gproj-fwd22", Variant::kGproj, Projection::kThreshLowRank, 4, 2},
                                   Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, 1},
                                   Config{"base-wgbwd", Variant::kBaseline, Projection::kNone, 4, false, false, 1},
+                                  Config{"base-v32", Variant::kBaseline, Projection::kNone, 4, false, false, 3},
+                                  Config{"gproj-v32", Variant::kGproj, Projection::kThreshLowRank, 4, false, false, 3},
                                   Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true}}) {
           // The experimental forms and the audit's statistics run only when named (--only).
           const bool on_demand = cfg.row_stats || cfg.backward_warps == 8 || cfg.wgmma_backward == 1;

@@ -64,8 +64,10 @@ struct FlashParams {
   int cuda_backward_wgmma = -1;        // CUDA backward main kernel: -1 = auto (v3.1 where it applies: baseline,
                                        // fwdfix, gproj with thresh-lowrank; aligned rows; not deterministic; else
                                        // the v1 kernels), 0 = the v1 mma.sync kernels, 1 = v3.0 (wgmma,
-                                       // experimental), 2 = v3.1 (wgmma + TMA, flash_bwd_wg.cuh); an explicit
-                                       // version is refused, not rerouted, where it does not apply
+                                       // experimental), 2 = v3.1 (wgmma + TMA, flash_bwd_wg.cuh), 3 = v3.2
+                                       // (v3.1 with dQ's columns split between the warpgroups at D = 128;
+                                       // experimental); an explicit version is refused, not rerouted, where it
+                                       // does not apply
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };

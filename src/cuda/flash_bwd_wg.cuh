@@ -32,11 +32,17 @@ constexpr int kBwdWgStages = kTma ? 3 : 2;
 // zeros) against bf16(P), and one shared [16][64] = (zeros; ones in row 9; zeros) against bf16(dS).
 constexpr int kWgStatCols = 16;
 
-template <int D, bool kTma = false, bool kThresh = false>
+// v3.2 (kSplitDq, D = 128): each warpgroup forms half of dQ's columns over all 128 keys, from both bf16(dS)
+// halves, which are therefore double-buffered.
+template <int D, bool kSplitDq>
+constexpr bool kBwdWgSplit = kSplitDq && D == 128;
+
+template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false>
 constexpr size_t bwd_wg_smem_bytes() {
-  // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys) | [bf16(P), 3 x 16 x 64] |
-  // LSE, delta (2 x 64) | mbarriers
-  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D + kWgBwdRows * kWgBwdKeys +
+  // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
+  // 3 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
+  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D +
+                           (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
                            (kThresh ? kWgBwdRows * kWgBwdKeys + 3 * kWgStatCols * 64 : 0)) +
          sizeof(float) * 4 * kWgBwdRows + 8 * 8 + 1024;
 }
@@ -72,12 +78,17 @@ __device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t*
 // per stage, completed by the copies; empty per stage, one arrival per warp once its dK/dV products have read
 // the stage), each warpgroup stages its own LSE and delta and synchronises only its own 128 threads (its bf16(dS)
 // block is private), so the two warpgroups drift apart and one's element-wise phase overlaps the other's wgmma.
-template <int D, bool kStats, bool kTma, bool kThresh = false>
+// kSplitDq (v3.2, on v3.1; D = 128, else v3.1 itself): the two warpgroups meet once per block at a 256-thread
+// barrier after both have stored bf16(dS), and each adds dQ[:, 64 wg ..] over all 128 keys: half the dQ atomics
+// of v3.1, one coupling point per block.
+template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "tiles are 64-column blocks; registers hold dK, dV for D <= 128");
   static_assert(!kThresh || (kTma && !kStats), "thresh-lowrank runs on v3.1, with its own statistics");
+  static_assert(!kSplitDq || kTma, "v3.2 is a form of v3.1");
+  constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -87,7 +98,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sQ = sV + BK * D;                                                        // [kStages][kNB][BQ][64]
   bf16_t* sdO = sQ + kStages * BQ * D;                                             // [kStages][kNB][BQ][64]
   bf16_t* sdS = sdO + kStages * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
-  bf16_t* sP = sdS + BQ * BK;                            // kThresh: [2 key halves][BQ][64] bf16(P), as sdS
+  bf16_t* sP = sdS + (kSplit ? 2 : 1) * BQ * BK;         // kThresh: [2 key halves][BQ][64] bf16(P), as sdS
   bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T; ones; zeros)
   bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row 9; zeros)
   float* sL = reinterpret_cast<float*>(sUp + (kThresh ? 3 * kWgStatCols * 64 : 0));  // [2][BQ] LSE: v3.0 per
@@ -198,6 +209,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   for (int it = 0; it < count; ++it) {
     const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % 3 : qb & 1;
+    bf16_t* sdS_it = sdS + (kSplit ? (it & 1) * BQ * BK : 0);  // v3.2: this block's bf16(dS) buffer
     float* Ls = kTma ? sL + wg * BQ : sL + st * BQ;  // this block's LSE and delta rows
     float* Dls = kTma ? sDl + wg * BQ : sDl + st * BQ;
     if constexpr (kTma) {
@@ -211,7 +223,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wg_bar_sync(1 + wg);
       // A warpgroup whose 64 keys no query of this block sees (the causal diagonal's first block, keys past Nk)
       // would only add zeros: it releases the stage and moves on.
-      if (j0 + wg * 64 > last_visible(p, min(i0 + BQ, p.Nq) - 1)) {
+      if (!kSplit && j0 + wg * 64 > last_visible(p, min(i0 + BQ, p.Nq) - 1)) {  // (v3.2 needs both halves)
         if (lane == 0) mbar_arrive(&empty[st]);
         produce(it);
         continue;
@@ -312,7 +324,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     // transposed by stmatrix: per pair of n-tiles the four 8 x 8 matrices (keys w4 16 + 0..7 | + 8..15) x
     // (queries 8 n + 0..7 | 8 (n + 1) + 0..7); lane l addresses row l % 8 of matrix l / 8.
     {
-      bf16_t* blk = sdS + wg * BQ * 64;
+      bf16_t* blk = sdS_it + wg * BQ * 64;
       const int mi = lane >> 3, r = lane & 7;
 #pragma unroll
       for (int n = 0; n < 8; n += 2) {
@@ -337,7 +349,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
     wg_commit();
     fence_async_smem();  // sdS written by plain stores, read next by wgmma
-    if constexpr (kTma) {
+    if constexpr (kSplit) {
+      pair_bar_sync(3);  // both warpgroups' bf16(dS) blocks are complete
+    } else if constexpr (kTma) {
       wg_bar_sync(1 + wg);  // the warpgroup's bf16(dS) block is complete
     } else {
       __syncthreads();
@@ -360,16 +374,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
 
     // dQ (64 queries x D) += bf16(dS) K over this warpgroup's 64 keys, one 64-column block of D at a time:
-    // A = sdS block wg (K-major), B = the warpgroup's K rows (K = keys, N = D: MN-major).
+    // A = sdS block wg (K-major), B = the warpgroup's K rows (K = keys, N = D: MN-major). v3.2: column block wg
+    // only, over all 128 keys (both sdS blocks, all K rows).
     const int row_a = i0 + w4 * 16 + g, row_b = row_a + 8;  // dQ accumulator rows (queries)
+    constexpr int kDqBlocks = kSplit ? 1 : kNB, kDqSteps = kSplit ? 8 : 4;
 #pragma unroll
-    for (int nb = 0; nb < kNB; ++nb) {
+    for (int qn = 0; qn < kDqBlocks; ++qn) {
+      const int nb = kSplit ? wg : qn;
       float dqa[32];
 #pragma unroll
       for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
       float st16[8];  // kThresh, first column block: (P (K U), s_i, r_i) of this warp's rows, m64n16 layout
       wg_fence();
-      if (kThresh && nb == 0) {
+      if (kThresh && qn == 0) {
 #pragma unroll
         for (int kin = 0; kin < 4; ++kin) {
           const uint64_t pa = wg_desc_kmajor(sP + wg * BQ * 64 + kin * 16);
@@ -379,18 +396,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           } else {
             wgmma_ss_n16(st16, pa, ub);
           }
-          wgmma_ss_n16(st16, wg_desc_kmajor(sdS + wg * BQ * 64 + kin * 16), wg_desc_kmajor(sUd + kin * 16));
+          wgmma_ss_n16(st16, wg_desc_kmajor(sdS_it + wg * BQ * 64 + kin * 16), wg_desc_kmajor(sUd + kin * 16));
         }
       }
 #pragma unroll
-      for (int kin = 0; kin < 4; ++kin) {
-        wgmma_ss_n64<1>(dqa, wg_desc_kmajor(sdS + wg * BQ * 64 + kin * 16),
-                        wg_desc_mnmajor(kw(nb) + kin * 16 * 64, BK * 128), 1);
+      for (int kin = 0; kin < kDqSteps; ++kin) {
+        const bf16_t* a = kSplit ? sdS_it + (kin >> 2) * BQ * 64 + (kin & 3) * 16 : sdS_it + wg * BQ * 64 + kin * 16;
+        const bf16_t* bk = kSplit ? sK + nb * BK * 64 + kin * 16 * 64 : kw(nb) + kin * 16 * 64;
+        wgmma_ss_n64<1>(dqa, wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
       }
       wg_commit();
       wg_wait0();
       fence_regs(dqa);
-      if (kThresh && nb == 0) {
+      if (kThresh && qn == 0) {
         fence_regs(st16);
         // Columns 2 tq, 2 tq + 1 of P (K U) (n8 block 0); s_i, r_i in columns 8, 9 (block 1, tq = 0).
         if (row_a < p.Nq) {

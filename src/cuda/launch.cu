@@ -242,10 +242,10 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
   return {};
 }
 
-template <int D, bool kStats, bool kTma, bool kThresh = false>
+template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false>
 Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 grid, cudaStream_t stream) {
-  const auto kernel = detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh>;
-  const size_t smem = detail::bwd_wg_smem_bytes<D, kTma, kThresh>();
+  const auto kernel = detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq>;
+  const size_t smem = detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq>();
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
     return last_error("backward main, wgmma");
   }
@@ -263,9 +263,9 @@ Status bwd_tma_maps(detail::TmaMaps* maps, const Problem& p, const DeviceTensor&
   return {};
 }
 
-// The wgmma backward main kernel (128 keys per CTA): v3.0 (version 1) or the TMA-fed v3.1 (version 2, `maps`
-// from bwd_tma_maps), with the row statistics only when the audit asks for them; `thresh`: v3.1's
-// thresh-lowrank form.
+// The wgmma backward main kernel (128 keys per CTA): v3.0 (version 1), the TMA-fed v3.1 (version 2, `maps`
+// from bwd_tma_maps) or v3.2 (version 3: v3.1 with dQ's columns split between the warpgroups), with the row
+// statistics only when the audit asks for them; `thresh`: the thresh-lowrank form of v3.1 / v3.2.
 template <int D>
 Status backward_wgmma(const KernelParams& k, int version, bool thresh, const detail::TmaMaps& maps,
                       cudaStream_t stream) {
@@ -273,6 +273,11 @@ Status backward_wgmma(const KernelParams& k, int version, bool thresh, const det
   if (version == 1) {
     return k.row_stats ? launch_bwd_wg<D, true, false>(k, maps, grid, stream)
                        : launch_bwd_wg<D, false, false>(k, maps, grid, stream);
+  }
+  if (version == 3) {
+    if (thresh) return launch_bwd_wg<D, false, true, true, true>(k, maps, grid, stream);
+    return k.row_stats ? launch_bwd_wg<D, true, true, false, true>(k, maps, grid, stream)
+                       : launch_bwd_wg<D, false, true, false, true>(k, maps, grid, stream);
   }
   if (thresh) return launch_bwd_wg<D, false, true, true>(k, maps, grid, stream);
   return k.row_stats ? launch_bwd_wg<D, true, true>(k, maps, grid, stream)
@@ -322,7 +327,7 @@ Workspace layout(const Problem& p) {
 // thresh-lowrank (docs/gproj-projection.md): pre-pass on K, the main kernel with the row lists and P (K U), the
 // dQ postprocess with the corrections, the suffix sums of the uniform dK part.
 template <int D>
-Status backward_thresh(const KernelParams& k, const detail::TmaMaps* v31_maps, cudaStream_t stream) {
+Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaMaps* v31_maps, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
   const int key_tiles = (k.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock;
   Status s = launch(detail::gram_kernel<D>, dim3((key_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.Hkv, k.B),
@@ -333,8 +338,8 @@ Status backward_thresh(const KernelParams& k, const detail::TmaMaps* v31_maps, c
                        detail::kBwdThreads);
   if (!s.ok) return s;
   constexpr int blk = detail::kBwdBlock;
-  if (v31_maps != nullptr) {  // v3.1 (the default where it applies)
-    s = backward_wgmma<D>(k, 2, true, *v31_maps, stream);
+  if (v31_maps != nullptr) {  // v3.1 (the default where it applies) or v3.2
+    s = backward_wgmma<D>(k, wg_version, true, *v31_maps, stream);
   } else {
     s = launch(detail::flash_bwd_tc_kernel<D, false, true, true, true>, dim3((k.Nk + blk - 1) / blk, k.H, k.B),
                detail::bwd_tc_smem_bytes<D>(), stream, k, "backward main, tensor cores, thresh-lowrank",
@@ -469,9 +474,9 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   const bool v31_applies = common && (plain || (var == Variant::kGproj &&
                                                 effective_projection(p.params) == Projection::kThreshLowRank));
   int wg_version = p.params.cuda_backward_wgmma;
-  if (wg_version < -1 || wg_version > 2) {
-    return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be -1 (auto), 0 (the v1 kernels), 1 (v3.0) or "
-                                             "2 (v3.1); got " + std::to_string(wg_version));
+  if (wg_version < -1 || wg_version > 3) {
+    return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be -1 (auto), 0 (the v1 kernels), 1 (v3.0), "
+                                             "2 (v3.1) or 3 (v3.2); got " + std::to_string(wg_version));
   }
   if (wg_version == -1) wg_version = v31_applies ? 2 : 0;
   if (wg_version == 1 && !(common && plain)) {
@@ -479,13 +484,14 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
                 "cuda_backward_wgmma = 1 (v3.0) serves variants baseline and fwdfix with 16-byte aligned rows, "
                 "without deterministic mode or the wide backward");
   }
-  if (wg_version == 2 && !v31_applies) {
+  if (wg_version >= 2 && !v31_applies) {
     return fail(ErrorCode::kUnsupported,
-                "cuda_backward_wgmma = 2 (v3.1) serves variants baseline, fwdfix and gproj with projection "
-                "thresh-lowrank, with 16-byte aligned rows, without deterministic mode or the wide backward");
+                "cuda_backward_wgmma = " + std::to_string(wg_version) + " (v3." + std::to_string(wg_version - 1) +
+                    ") serves variants baseline, fwdfix and gproj with projection thresh-lowrank, with 16-byte "
+                    "aligned rows, without deterministic mode or the wide backward");
   }
   detail::TmaMaps maps{};
-  if (wg_version == 2) {  // the driver may refuse a descriptor (e.g. zero strides): auto mode then takes v1
+  if (wg_version >= 2) {  // the driver may refuse a descriptor (e.g. zero strides): auto mode then takes v1
     if (Status ms = bwd_tma_maps(&maps, p, q, k, v, dout); !ms.ok) {
       if (p.params.cuda_backward_wgmma != -1) return ms;
       wg_version = 0;
@@ -524,8 +530,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (thresh) {
     if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of q, k, v, do; "
                                                  "the reference kernels for other rows implement projection pweighted");
-    const detail::TmaMaps* v31 = wg_version == 2 ? &maps : nullptr;
-    Status s = p.D == 64 ? backward_thresh<64>(kp, v31, st) : backward_thresh<128>(kp, v31, st);
+    const detail::TmaMaps* v31 = wg_version >= 2 ? &maps : nullptr;
+    Status s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
     if (!s.ok) return s;
     detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
     return last_error("backward dK/dV postprocess");

@@ -78,5 +78,9 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
 __device__ __forceinline__ void wg_bar_sync(int id) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
+// Barrier of two warpgroups (256 threads) under a named id, beside the warpgroups' own ones.
+__device__ __forceinline__ void pair_bar_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
 
 }  // namespace gproj::cuda::detail

@@ -115,7 +115,7 @@ TEST_P(CudaSweep, WgmmaBackwardMatchesOracleAndCpu) {
   const SweepInputs in = sweep_inputs(c, 11000);
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
     const VariantRun cpu = run_variant(in.s, test::params_for(v), in.oracle, Device::kCpu);
-    for (int version : {0, 1, 2}) {  // v1 (mma.sync), v3.0 (wgmma, cp.async) and v3.1 (wgmma, TMA)
+    for (int version : {0, 1, 2, 3}) {  // v1 (mma.sync), v3.0 (wgmma, cp.async), v3.1 (wgmma, TMA), v3.2
       FlashParams p = test::params_for(v);
       p.cuda_backward_wgmma = version;
       const VariantRun gpu = run_variant(in.s, p, in.oracle, Device::kCuda);
@@ -186,7 +186,7 @@ TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
   const VariantRun& ref = in.ref;
   FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
   const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
-  for (int version : {0, 2}) {  // on the v1 kernel and on v3.1 (the default)
+  for (int version : {0, 2, 3}) {  // on the v1 kernel, v3.1 (the default) and v3.2
     p.cuda_backward_wgmma = version;
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank v" + std::to_string(version));

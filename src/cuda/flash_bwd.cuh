@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const KernelParams 
   float dk[kHalfD], dv[kHalfD];
 #pragma unroll
   for (int e = 0; e < kHalfD; ++e) dk[e] = dv[e] = 0.0f;
-  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int first = first_query_row(p, j0);
   for (int i0 = first / kBlockQ * kBlockQ; i0 < p.Nq; i0 += kBlockQ) {
     const int rows = min(kBlockQ, p.Nq - i0);
     __syncthreads();
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dk_sweep_kernel(const Kern
   float corr[kHalfD];
 #pragma unroll
   for (int e = 0; e < kHalfD; ++e) corr[e] = 0.0f;
-  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int first = first_query_row(p, j0);
   for (int i0 = first / kBlockQ * kBlockQ; i0 < p.Nq; i0 += kBlockQ) {
     const int rows = min(kBlockQ, p.Nq - i0);
     __syncthreads();
@@ -331,15 +331,9 @@ constexpr size_t dk_sweep_smem_bytes() {
 // workspace regions are 16-byte aligned, the output 8-byte aligned: launch.cu checks).
 template <bool kPWeighted>
 __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
-  // 32-bit index arithmetic: launch.cu refuses problems of 2^31 elements or more (64-bit divisions cost more
-  // than the memory traffic of this kernel).
   const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
   if (idx >= static_cast<uint32_t>(p.B) * p.Nq * p.H * p.D) return;
-  uint32_t rest = idx / p.D;
-  const int d = static_cast<int>(idx - rest * p.D);
-  const int h = static_cast<int>(rest % p.H);
-  rest /= p.H;
-  const int i = static_cast<int>(rest % p.Nq), b = static_cast<int>(rest / p.Nq);
+  const auto [b, i, h, d] = decode_bnhd(idx, p.Nq, p.H, p.D);
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   float4 x = *reinterpret_cast<const float4*>(p.dq_acc + row * p.D + d);
   if (kPWeighted) {
@@ -350,12 +344,7 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
       x.x -= c * k.x, x.y -= c * k.y, x.z -= c * k.z, x.w -= c * k.w;
     }
   }
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(p.scale * x.x, p.scale * x.y);
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(p.scale * x.z, p.scale * x.w);
-  uint2 out;
-  out.x = *reinterpret_cast<const uint32_t*>(&lo);
-  out.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(p.dq + idx) = out;
+  store_bf16_vec<4>(p.dq + idx, {p.scale * x.x, p.scale * x.y, p.scale * x.z, p.scale * x.w});
 }
 
 // dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order; one
@@ -363,13 +352,9 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // of its first visible row (src/cuda/projection_tc.cuh).
 template <bool kSuffix>
 __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
-  const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;  // 32-bit: as bwd_postprocess_dq_kernel
+  const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
   if (idx >= static_cast<uint32_t>(p.B) * p.Nk * p.Hkv * p.D) return;
-  uint32_t rest = idx / p.D;
-  const int d = static_cast<int>(idx - rest * p.D);
-  const int hk = static_cast<int>(rest % p.Hkv);
-  rest /= p.Hkv;
-  const int j = static_cast<int>(rest % p.Nk), b = static_cast<int>(rest / p.Nk);
+  const auto [b, j, hk, d] = decode_bnhd(idx, p.Nk, p.Hkv, p.D);
   const int group = p.H / p.Hkv;
   const int first = p.causal ? max(0, j - (p.Nk - p.Nq)) : 0;  // the first row that sees key j
   float4 dk = make_float4(0.0f, 0.0f, 0.0f, 0.0f), dv = dk;
@@ -384,14 +369,8 @@ __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
     dk.x += a.x, dk.y += a.y, dk.z += a.z, dk.w += a.w;
     dv.x += v.x, dv.y += v.y, dv.z += v.z, dv.w += v.w;
   }
-  const __nv_bfloat162 k0 = __floats2bfloat162_rn(p.scale * dk.x, p.scale * dk.y);
-  const __nv_bfloat162 k1 = __floats2bfloat162_rn(p.scale * dk.z, p.scale * dk.w);
-  const __nv_bfloat162 v0 = __floats2bfloat162_rn(dv.x, dv.y), v1 = __floats2bfloat162_rn(dv.z, dv.w);
-  uint2 ko, vo;
-  ko.x = *reinterpret_cast<const uint32_t*>(&k0), ko.y = *reinterpret_cast<const uint32_t*>(&k1);
-  vo.x = *reinterpret_cast<const uint32_t*>(&v0), vo.y = *reinterpret_cast<const uint32_t*>(&v1);
-  *reinterpret_cast<uint2*>(p.dk + idx) = ko;
-  *reinterpret_cast<uint2*>(p.dv + idx) = vo;
+  store_bf16_vec<4>(p.dk + idx, {p.scale * dk.x, p.scale * dk.y, p.scale * dk.z, p.scale * dk.w});
+  store_bf16_vec<4>(p.dv + idx, {dv.x, dv.y, dv.z, dv.w});
 }
 
 }  // namespace gproj::cuda::detail

@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
   const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
   const int hk = h / (p.H / p.Hkv);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int first = first_query_row(p, j0);
   const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
   const int kcount = min(BK, p.Nk - j0);
 
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kWideThreads, 1) flash_bwd_tc_wide_kernel(cons
   const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
   const int hk = h / (p.H / p.Hkv);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int first = first_query_row(p, j0);
   const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
   const int kcount = min(BK, p.Nk - j0);
 
@@ -587,7 +587,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_dk_sweep_kernel(c
   const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
   const int hk = h / (p.H / p.Hkv);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int first = first_query_row(p, j0);
   const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
   load_tile_async<BK, D, kBwdThreads>(sK, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, j0, min(BK, p.Nk - j0), hk);
   if (qb0 < nqb)

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
   const int hk = h / (p.H / p.Hkv);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int first = p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
+  const int first = first_query_row(p, j0);
   const int qb0 = first / BQ, nqb = (p.Nq + BQ - 1) / BQ;
   const int kcount = min(BK, p.Nk - j0);
 

@@ -80,6 +80,39 @@ __device__ __forceinline__ void load_bf16_vec(const Strided& t, int b, int n, in
   }
 }
 
+// kV = 2 or 4 floats rounded to BF16 (RNE) and stored with one access (dst aligned to 2 kV bytes).
+template <int kV>
+__device__ __forceinline__ void store_bf16_vec(__nv_bfloat16* dst, const float (&x)[kV]) {
+  static_assert(kV == 2 || kV == 4, "two or four elements");
+  uint32_t w[kV / 2];
+#pragma unroll
+  for (int i = 0; i < kV / 2; ++i) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  if constexpr (kV == 4) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(dst) = w[0];
+  }
+}
+
+// (b, n, head, d) of element idx of a contiguous (B, N, heads, D) tensor, in 32-bit arithmetic: launch.cu refuses
+// problems of 2^31 elements or more (64-bit divisions cost more than the postprocess kernels' memory traffic).
+struct BnhdIndex {
+  int b, n, h, d;
+};
+__device__ __forceinline__ BnhdIndex decode_bnhd(uint32_t idx, int N, int heads, int D) {
+  uint32_t rest = idx / D;
+  BnhdIndex x;
+  x.d = static_cast<int>(idx - rest * D);
+  x.h = static_cast<int>(rest % heads);
+  rest /= heads;
+  x.n = static_cast<int>(rest % N);
+  x.b = static_cast<int>(rest / N);
+  return x;
+}
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
 // fwdfix's candidate for a block whose max rm (finite) is tied: beta rm above 0, 0 below, the lift capped at
@@ -93,6 +126,12 @@ __device__ __forceinline__ float tied_candidate(float rm, float beta, float max_
 // Last key visible to query i (bottom-right causal alignment), or Nk - 1 when not causal.
 __device__ __forceinline__ int last_visible(const KernelParams& p, int i) {
   return p.causal ? i + p.Nk - p.Nq : p.Nk - 1;
+}
+
+// The first query row that sees key j0 (0 without causal masking; Nq when none does): a key-major backward CTA
+// over keys j0.. starts its query loop at that row's block.
+__device__ __forceinline__ int first_query_row(const KernelParams& p, int j0) {
+  return p.causal ? max(0, min(p.Nq, j0 - (p.Nk - p.Nq))) : 0;
 }
 
 }  // namespace gproj::cuda::detail

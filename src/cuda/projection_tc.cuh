@@ -188,11 +188,7 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[c] = fmaf(x, su[a * kLowRank + c0 + c], acc[c]);
   }
-  __nv_bfloat16* out = p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j0 + r) * kLowRank + c0;
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[0], acc[1]), hi = __floats2bfloat162_rn(acc[2], acc[3]);
-  uint2 v;
-  v.x = *reinterpret_cast<const uint32_t*>(&lo), v.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(out) = v;
+  store_bf16_vec<4>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j0 + r) * kLowRank + c0, acc);
 }
 
 // The dQ correction of row i (one warp), for thresh_dq_kernel.
@@ -254,19 +250,9 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
     const float2 a = *reinterpret_cast<const float2*>(p.dq_acc + row * D + d0);
     xs[0] = a.x, xs[1] = a.y;
   }
-  uint32_t packed[kV / 2];
 #pragma unroll
-  for (int x = 0; x < kV / 2; ++x) {
-    const float x0 = xs[2 * x] - c * (acc[2 * x] + back[2 * x]), x1 = xs[2 * x + 1] - c * (acc[2 * x + 1] + back[2 * x + 1]);
-    const __nv_bfloat162 v2 = __floats2bfloat162_rn(p.scale * x0, p.scale * x1);
-    packed[x] = *reinterpret_cast<const uint32_t*>(&v2);
-  }
-  __nv_bfloat16* dq = p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0;
-  if constexpr (kV == 4) {
-    *reinterpret_cast<uint2*>(dq) = make_uint2(packed[0], packed[1]);
-  } else {
-    *reinterpret_cast<uint32_t*>(dq) = packed[0];
-  }
+  for (int e = 0; e < kV; ++e) xs[e] = p.scale * (xs[e] - c * (acc[e] + back[e]));
+  store_bf16_vec<kV>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0, xs);
   if (cnt > 0) {
     float qd[kV];
     load_bf16_vec<kV>(p.q, b, i, h, d0, qd);

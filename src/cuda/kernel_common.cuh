@@ -61,6 +61,10 @@ __device__ __forceinline__ float load_bf16(const Strided& t, int b, int n, int h
   return __bfloat162float(p[b * t.s0 + n * t.s1 + h * t.s2 + d]);
 }
 
+// The lower and upper BF16 of a packed pair, as floats (exact).
+__device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
 // kV = 2 or 4 consecutive BF16 of a row (d0 a multiple of kV; rows 16-byte aligned) as floats, one load.
 template <int kV>
 __device__ __forceinline__ void load_bf16_vec(const Strided& t, int b, int n, int h, int d0, float (&out)[kV]) {
@@ -75,8 +79,8 @@ __device__ __forceinline__ void load_bf16_vec(const Strided& t, int b, int n, in
   }
 #pragma unroll
   for (int x = 0; x < kV / 2; ++x) {
-    out[2 * x] = __uint_as_float(w[x] << 16);
-    out[2 * x + 1] = __uint_as_float(w[x] & 0xffff0000u);
+    out[2 * x] = bf16_lo(w[x]);
+    out[2 * x + 1] = bf16_hi(w[x]);
   }
 }
 

@@ -89,14 +89,22 @@ KernelParams base_params(const Problem& p) {
   return k;
 }
 
-template <class Kernel>
-Status launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const KernelParams& k, const char* what,
-              int threads = kThreads) {
+// Sets the kernel's dynamic shared memory and launches it with `args` (the parameters, and the TMA maps where
+// the kernel takes them).
+template <class Kernel, class... Args>
+Status launch_args(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream, const char* what,
+                   const Args&... args) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
     return last_error(what);
   }
-  kernel<<<grid, threads, smem, stream>>>(k);
+  kernel<<<grid, threads, smem, stream>>>(args...);
   return last_error(what);
+}
+
+template <class Kernel>
+Status launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const KernelParams& k, const char* what,
+              int threads = kThreads) {
+  return launch_args(kernel, grid, threads, smem, stream, what, k);
 }
 
 // The v1 kernels copy 16-byte chunks of each row: data and the B, N, H strides must keep rows 16-byte aligned.
@@ -159,12 +167,7 @@ template <int D, bool kTie>
 Status forward_wg(const KernelParams& k, int version, const detail::TmaMaps& maps, cudaStream_t stream) {
   const dim3 grid((k.Nq + detail::kWgRows - 1) / detail::kWgRows, k.H, k.B);
   const auto kernel = version == 2 ? detail::flash_fwd_wg_kernel<D, kTie, true> : detail::flash_fwd_wg_kernel<D, kTie, false>;
-  const size_t smem = detail::fwd_wg_smem_bytes<D>();
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
-    return last_error("forward (wgmma)");
-  }
-  kernel<<<grid, detail::kWgThreads, smem, stream>>>(k, maps);
-  return last_error("forward (wgmma)");
+  return launch_args(kernel, grid, detail::kWgThreads, detail::fwd_wg_smem_bytes<D>(), stream, "forward (wgmma)", k, maps);
 }
 
 // wgmma: 0 = the v1 kernel, 1 = v2.1, 2 = v2.2 (TMA, `maps`); rows that are not 16-byte aligned and the fp32
@@ -244,13 +247,8 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
 
 template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false>
 Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 grid, cudaStream_t stream) {
-  const auto kernel = detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq>;
-  const size_t smem = detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq>();
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
-    return last_error("backward main, wgmma");
-  }
-  kernel<<<grid, detail::kWgThreads, smem, stream>>>(k, maps);
-  return last_error("backward main, wgmma");
+  return launch_args(detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq>, grid, detail::kWgThreads,
+                     detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq>(), stream, "backward main, wgmma", k, maps);
 }
 
 // v3.1's TMA descriptors of q, do, k, v (before any kernel runs, so that auto mode can fall back to v1).

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     cp_async_commit();
   };
   const auto tma_q = [&](int it) {  // v3.1, thread 0: Q, dO of the CTA's block it into stage it % 3
-    const int st = it % 3, i0 = (qb0 + it) * BQ;
+    const int st = it % kStages, i0 = (qb0 + it) * BQ;
     mbar_arrive_expect_tx(&full[st], 2 * BQ * D * sizeof(bf16_t));  // whole boxes: rows past Nq arrive as zeros
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     fence_async_smem();  // read by wgmma after the barrier below
   }
   if constexpr (kTma) {
-    init_load_ring(full, empty, 3, kWgThreads / 32, kv_full);
+    init_load_ring(full, empty, kStages, kWgThreads / 32, kv_full);
     if (threadIdx.x == 0) {
       mbar_arrive_expect_tx(kv_full, 2 * BK * D * sizeof(bf16_t));
 #pragma unroll
@@ -202,13 +202,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   // unless the other warpgroup trails by a whole block).
   const auto produce = [&](int it) {
     if (threadIdx.x == 0 && it + 2 < count) {
-      if (it >= 1) mbar_wait(&empty[(it + 2) % 3], ((it - 1) / 3) & 1);
+      if (it >= 1) mbar_wait(&empty[(it + 2) % kStages], ((it - 1) / kStages) & 1);
       tma_q(it + 2);
     }
   };
 
   for (int it = 0; it < count; ++it) {
-    const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % 3 : qb & 1;
+    const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % kStages : qb & 1;
     bf16_t* sdS_it = sdS + (kSplit ? (it & 1) * BQ * BK : 0);  // v3.2: this block's bf16(dS) buffer
     float* Ls = kTma ? sL + wg * BQ : sL + st * BQ;  // this block's LSE and delta rows
     float* Dls = kTma ? sDl + wg * BQ : sDl + st * BQ;
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         produce(it);
         continue;
       }
-      mbar_wait(&full[st], (it / 3) & 1);
+      mbar_wait(&full[st], (it / kStages) & 1);
     } else {
       load_q(qb + 1);
       if (threadIdx.x < BQ) {  // LSE and delta of the block's rows (0 past Nq; those columns are masked)

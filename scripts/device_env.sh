@@ -6,8 +6,13 @@ deps=/tmp/gproj-deps
 debs=.deps/debs
 [ -d "$debs" ] || debs=.prebuilt/debs  # the runtime packages only (scripts/device_prebuild.sh)
 if [ -d "$debs" ]; then
-  mkdir -p "$deps"
-  for f in "$debs"/*.deb; do dpkg -x "$f" "$deps"; done
+  # Once per machine: two scripts started side by side (a check on GPU 0, training on GPU 1) share the unpacked
+  # tree instead of overwriting libraries the other has loaded.
+  if [ ! -f "$deps/.unpacked" ]; then
+    mkdir -p "$deps"
+    for f in "$debs"/*.deb; do dpkg -x "$f" "$deps"; done
+    touch "$deps/.unpacked"
+  fi
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
 fi
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"

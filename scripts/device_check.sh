@@ -24,7 +24,7 @@ source scripts/device_env.sh  # deps, LD_LIBRARY_PATH, GPROJ_COMMIT, prebuilt
 if [ -n "$prebuilt" ]; then
   cuda_tests_bin=.prebuilt/bin/cuda_tests gproj_bin=.prebuilt/bin/gproj bench_bin=.prebuilt/bin/cuda_attention_bench
   probe_bin=.prebuilt/bin/wgmma_probe
-  cp .prebuilt/_C.cpython-312-x86_64-linux-gnu.so python/gproj/
+  install_prebuilt_extension
   echo "rc=0 (prebuilt for $GPROJ_COMMIT)" >"$out/python_build.rc"
   py_build=""
   note "build: prebuilt binaries of $GPROJ_COMMIT"

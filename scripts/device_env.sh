@@ -31,6 +31,13 @@ run_sanitizers() {
   done
 }
 
+# The prebuilt extension into python/gproj by rename (a process beside this one may have the old file mapped).
+install_prebuilt_extension() {
+  local so=_C.cpython-312-x86_64-linux-gnu.so
+  cmp -s ".prebuilt/$so" "python/gproj/$so" && return 0
+  cp ".prebuilt/$so" "python/gproj/$so.tmp$$" && mv -f "python/gproj/$so.tmp$$" "python/gproj/$so"
+}
+
 prebuilt=""
 if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; then
   prebuilt=1

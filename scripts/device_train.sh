@@ -25,7 +25,7 @@ source scripts/device_env.sh  # deps, LD_LIBRARY_PATH, GPROJ_COMMIT, prebuilt
 
 t0=$(date +%s)
 if [ -n "$prebuilt" ]; then  # scripts/device_prebuild.sh
-  cp .prebuilt/_C.cpython-312-x86_64-linux-gnu.so python/gproj/
+  install_prebuilt_extension
   echo "== extension prebuilt for $GPROJ_COMMIT"
 else
   GPROJ_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace >"$out/logs/python_build.log" 2>&1 ||

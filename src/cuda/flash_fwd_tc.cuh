@@ -202,16 +202,14 @@ __global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_ker
     const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
     softmax_block<kTieFix>(p, reinterpret_cast<float(&)[32]>(s), need_mask, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b,
                            alpha_a, alpha_b, pf);
-    // Rescale O unless every row of the warp kept its max (alpha = exp2(0) = 1 exactly: the product would be
-    // the identity), which is most blocks once the running max has settled.
-    if (!__all_sync(0xffffffffu, alpha_a == 1.0f && alpha_b == 1.0f)) {
+    // Rescale O unconditionally: skipping it behind a warp vote when alpha = 1 (v1.11) measured 9.5% slower
+    // here (docs/perf-notes.md).
 #pragma unroll
-      for (int n = 0; n < kNt; ++n) {
-        acc[n][0] *= alpha_a;
-        acc[n][1] *= alpha_a;
-        acc[n][2] *= alpha_b;
-        acc[n][3] *= alpha_b;
-      }
+    for (int n = 0; n < kNt; ++n) {
+      acc[n][0] *= alpha_a;
+      acc[n][1] *= alpha_a;
+      acc[n][2] *= alpha_b;
+      acc[n][3] *= alpha_b;
     }
     // O += bf16(P) V.
 #pragma unroll

@@ -114,27 +114,29 @@ int main(int argc, char** argv) {
           const char* label;
           Variant variant;
           Projection projection;
-          int backward_warps;
-          int wgmma_forward;  // 0 v1, 1 v2.1, 2 v2.2 (TMA)
-          bool row_stats = false;  // the audit's r_i, s_i (the main kernel's kStats form): only with --only
-          int wgmma_backward = -1;  // the backward main kernel: -1 auto (v3.1 where it applies), 0 v1, 1 v3.0, 2 v3.1
+          int wgmma_forward = -1;   // -1 auto (v2.2 where it applies), 0 v1, 1 v2.1, 2 v2.2 (TMA)
+          int wgmma_backward = -1;  // -1 auto (v3.2 at D = 128, v3.1 at D = 64, where they apply), 0 v1, 1 v3.0,
+                                    // 2 v3.1, 3 v3.2
+          int backward_warps = 4;
+          bool row_stats = false;   // the audit's r_i, s_i (the main kernel's kStats form): only with --only
         };
-        // baseline and gproj (thresh-lowrank): the defaults (v3.1); -v1: the mma.sync kernels; gproj-pw: the
-        // pweighted projection (v1); -fwd21 / -fwd22: the wgmma forwards v2.1 / v2.2; on demand (--only): base-w8-wg, the wide backward with the wgmma forward;
-        // base-wgbwd, v3.0; base-stats, the audit's statistics.
-        for (const Config& cfg : {Config{"baseline", Variant::kBaseline, Projection::kNone, 4, false},
-                                  Config{"base-v1", Variant::kBaseline, Projection::kNone, 4, false, false, 0},
-                                  Config{"gproj", Variant::kGproj, Projection::kThreshLowRank, 4, false},
-                                  Config{"gproj-v1", Variant::kGproj, Projection::kThreshLowRank, 4, false, false, 0},
-                                  Config{"gproj-pw", Variant::kGproj, Projection::kPWeighted, 4, false},
-                                  Config{"base-fwd21", Variant::kBaseline, Projection::kNone, 4, 1},
-                                  Config{"base-fwd22", Variant::kBaseline, Projection::kNone, 4, 2},
-                                  Config{"gproj-fwd22", Variant::kGproj, Projection::kThreshLowRank, 4, 2},
-                                  Config{"base-w8-wg", Variant::kBaseline, Projection::kNone, 8, 1},
-                                  Config{"base-wgbwd", Variant::kBaseline, Projection::kNone, 4, false, false, 1},
-                                  Config{"base-v32", Variant::kBaseline, Projection::kNone, 4, false, false, 3},
-                                  Config{"gproj-v32", Variant::kGproj, Projection::kThreshLowRank, 4, false, false, 3},
-                                  Config{"base-stats", Variant::kBaseline, Projection::kNone, 4, false, true}}) {
+        // baseline and gproj (thresh-lowrank): the defaults (forward v2.2, backward v3.2 / v3.1); -v1: the
+        // mma.sync kernels both ways; gproj-pw: the pweighted projection (v1 backward); base-fwd1 / base-fwd21:
+        // the v1 / v2.1 forward; base-v31 / gproj-v31: the v3.1 backward; on demand (--only): base-w8-wg, the
+        // wide backward with the v2.1 forward; base-wgbwd, v3.0; base-stats, the audit's statistics.
+        constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
+        for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
+                                  Config{"base-v1", Variant::kBaseline, kNone, 0, 0},
+                                  Config{"gproj", Variant::kGproj, kThresh},
+                                  Config{"gproj-v1", Variant::kGproj, kThresh, 0, 0},
+                                  Config{"gproj-pw", Variant::kGproj, Projection::kPWeighted},
+                                  Config{"base-fwd1", Variant::kBaseline, kNone, 0},
+                                  Config{"base-fwd21", Variant::kBaseline, kNone, 1},
+                                  Config{"base-v31", Variant::kBaseline, kNone, -1, 2},
+                                  Config{"gproj-v31", Variant::kGproj, kThresh, -1, 2},
+                                  Config{"base-w8-wg", Variant::kBaseline, kNone, 1, -1, 8},
+                                  Config{"base-wgbwd", Variant::kBaseline, kNone, -1, 1},
+                                  Config{"base-stats", Variant::kBaseline, kNone, -1, -1, 4, true}}) {
           // The experimental forms and the audit's statistics run only when named (--only).
           const bool on_demand = cfg.row_stats || cfg.backward_warps == 8 || cfg.wgmma_backward == 1;
           if (only.empty() ? on_demand : only != cfg.label) continue;

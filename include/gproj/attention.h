@@ -57,17 +57,19 @@ struct FlashParams {
   int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
   Accumulation accumulation = Accumulation::kIeeeFp32;
   bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
-  int cuda_wgmma_forward = 0;          // CUDA forward: 0 = the v1 mma.sync kernel; experimental, the wgmma
-                                       // (sm_90a) forward of flash_fwd_wg.cuh: 1 = v2.1, 2 = v2.2 (TMA)
+  int cuda_wgmma_forward = -1;         // CUDA forward: -1 = auto (v2.2, wgmma + TMA, flash_fwd_wg.cuh, for
+                                       // baseline, fwdfix and gproj with 16-byte aligned rows; else the v1
+                                       // mma.sync kernel, which the fp32 variant and other rows always take),
+                                       // 0 = v1, 1 = v2.1 (cp.async), 2 = v2.2
   int cuda_backward_warps = 4;         // CUDA, experimental: 8 = the wide backward (128 keys per CTA) for the
                                        // variants without a projection; 4 = the default kernel
-  int cuda_backward_wgmma = -1;        // CUDA backward main kernel: -1 = auto (v3.1 where it applies: baseline,
-                                       // fwdfix, gproj with thresh-lowrank; aligned rows; not deterministic; else
-                                       // the v1 kernels), 0 = the v1 mma.sync kernels, 1 = v3.0 (wgmma,
-                                       // experimental), 2 = v3.1 (wgmma + TMA, flash_bwd_wg.cuh), 3 = v3.2
-                                       // (v3.1 with dQ's columns split between the warpgroups at D = 128;
-                                       // experimental); an explicit version is refused, not rerouted, where it
-                                       // does not apply
+  int cuda_backward_wgmma = -1;        // CUDA backward main kernel: -1 = auto (where a wgmma kernel applies:
+                                       // baseline, fwdfix, gproj with thresh-lowrank; aligned rows; not
+                                       // deterministic: v3.2 at D = 128, v3.1 at D = 64; else the v1 kernels),
+                                       // 0 = the v1 mma.sync kernels, 1 = v3.0 (wgmma, experimental), 2 = v3.1
+                                       // (wgmma + TMA, flash_bwd_wg.cuh), 3 = v3.2 (v3.1 with dQ's columns split
+                                       // between the warpgroups at D = 128; v3.1 itself at D = 64); an explicit
+                                       // version is refused, not rerouted, where it does not apply
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };

@@ -58,7 +58,7 @@ nlohmann::json variant_params_json(const FlashParams& p) {
       j["lowrank_rank"] = p.lowrank_rank;
     }
   }
-  if (p.cuda_backward_warps != 4 || p.cuda_wgmma_forward != 0 || p.cuda_backward_wgmma != -1) {  // chosen kernels
+  if (p.cuda_backward_warps != 4 || p.cuda_wgmma_forward != -1 || p.cuda_backward_wgmma != -1) {  // chosen kernels
     j["cuda_backward_warps"] = p.cuda_backward_warps;
     j["cuda_wgmma_forward"] = p.cuda_wgmma_forward;
     j["cuda_backward_wgmma"] = p.cuda_backward_wgmma;

@@ -391,16 +391,21 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   kp.o_fp32_out = static_cast<float*>(o_fp32.data);
   const auto st = static_cast<cudaStream_t>(stream);
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v);
-  const int wgmma = p.params.cuda_wgmma_forward;
-  if (wgmma < 0 || wgmma > 2) {
-    return fail(ErrorCode::kInvalidArgument, "cuda_wgmma_forward must be 0 (the v1 kernel), 1 (v2.1) or 2 (v2.2, TMA); got " +
-                                                 std::to_string(wgmma));
+  int wgmma = p.params.cuda_wgmma_forward;
+  if (wgmma < -1 || wgmma > 2) {
+    return fail(ErrorCode::kInvalidArgument, "cuda_wgmma_forward must be -1 (auto), 0 (the v1 kernel), 1 (v2.1) or 2 "
+                                             "(v2.2, TMA); got " + std::to_string(wgmma));
   }
+  const bool auto_forward = wgmma == -1;
+  if (auto_forward) wgmma = 2;  // v2.2 where it applies (forward_variant takes v1 for fp32 and unaligned rows)
   detail::TmaMaps maps{};
   if (wgmma == 2 && tc && p.params.variant != Variant::kFp32) {
     for (Status s : {tensor_map(&maps.q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps.k, k, p.B, p.Nk, p.Hkv, p.D, "k"),
                      tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
-      if (!s.ok) return s;
+      if (s.ok) continue;
+      if (!auto_forward) return s;
+      wgmma = 0;  // the driver refused a descriptor (e.g. zero strides): auto mode takes v1
+      break;
     }
   }
   return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
@@ -464,7 +469,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   kp.dv = static_cast<__nv_bfloat16*>(dv.data);
   const auto st = static_cast<cudaStream_t>(stream);
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
-  // The backward main kernel: v3.1 (wgmma, TMA) by default where it applies, else the v1 kernels; an explicit
+  // The backward main kernel: v3.2 / v3.1 (wgmma, TMA) by default where they apply, else the v1 kernels; an explicit
   // request for a wgmma version is refused, not rerouted, where that version does not apply.
   const Variant var = p.params.variant;
   const bool plain = var == Variant::kBaseline || var == Variant::kFwdfix;
@@ -476,7 +481,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be -1 (auto), 0 (the v1 kernels), 1 (v3.0), "
                                              "2 (v3.1) or 3 (v3.2); got " + std::to_string(wg_version));
   }
-  if (wg_version == -1) wg_version = v31_applies ? 2 : 0;
+  if (wg_version == -1) wg_version = !v31_applies ? 0 : p.D == 128 ? 3 : 2;  // v3.2 at D = 128, v3.1 at D = 64
   if (wg_version == 1 && !(common && plain)) {
     return fail(ErrorCode::kUnsupported,
                 "cuda_backward_wgmma = 1 (v3.0) serves variants baseline and fwdfix with 16-byte aligned rows, "

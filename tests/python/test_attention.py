@@ -149,14 +149,28 @@ def test_strided_inputs_and_broadcast_gradient_match_contiguous():
         assert torch.equal(leaf.grad, g)
 
 
-def test_autograd_function_fallback_matches_custom_op():
-    # The operator of torch < 2.4 must compute exactly what the custom op does.
+@needs_custom_op
+def test_autograd_function_matches_custom_op():
+    # Eager calls (and torch < 2.4) run the autograd.Function; torch.compile and fake tensors the custom op:
+    # the same numbers either way.
     inputs, _, _ = case_data("gqa_causal")
+
+    def custom_op(q, k, v, causal, scale, variant):
+        return ops.attention_forward(q, k, v, causal, scale, variant)[0]
+
     for variant in ("fp32", "gproj"):
         got = run_gproj(variant, *inputs, attention=ops._AttentionFunction.apply)
-        want = run_gproj(variant, *inputs)
+        want = run_gproj(variant, *inputs, attention=custom_op)
         for f in FIELDS:
             assert torch.equal(got[f], want[f]), f"{variant} {f}"
+
+
+def test_eager_calls_take_the_autograd_function():
+    q = torch.zeros(1, 4, 1, 8, dtype=torch.bfloat16)
+    assert not ops._needs_custom_op(q)
+    assert ops._needs_custom_op(q.to("meta"))
+    o = gproj.attention(q.requires_grad_(), q, q, variant="baseline")
+    assert type(o.grad_fn).__name__ == "_AttentionFunctionBackward"
 
 
 def test_o_fp32_is_saved_only_when_the_backward_reads_it():

@@ -49,6 +49,7 @@ struct KernelParams {
   float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
   float* suffix;                     // (B, H, Nq, D) sum_{i' >= i} rest_i' Q_i' (causal), or the total (row 0)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i
+  int* head_done;                    // (B, H) dQ-correction CTAs finished (non-causal: the last one sums `part`)
   float* dk_acc;                     // (B, H, Nk, D) per query head
   float* dv_acc;                     // (B, H, Nk, D) per query head
   __nv_bfloat16 *dq, *dk, *dv;       // outputs, contiguous

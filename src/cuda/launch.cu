@@ -296,12 +296,15 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D)
 // and, for thresh-lowrank only: list_count, rest (B H Nq) | list_j, list_p (B H Nq k) | pku (B H Nq 8) |
-// part (B H ceil(Nq/64) D) | gram (B Hkv D D) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key);
+// part (B H ceil(Nq/64) D) | gram (B Hkv D D) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) |
+// head_done (B H, padded to 4 words);
 // the pk region holds the suffix sums.
 struct Workspace {
   size_t row, q, k;
-  size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0;
-  size_t words() const { return 3 * row + 2 * q + 2 * k + (list ? 2 * row + 2 * list + pku + part + gram + u + ku : 0); }
+  size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0;
+  size_t words() const {
+    return 3 * row + 2 * q + 2 * k + (list ? 2 * row + 2 * list + pku + part + gram + u + ku + heads : 0);
+  }
   size_t bytes() const { return sizeof(float) * words(); }
 };
 
@@ -318,6 +321,7 @@ Workspace layout(const Problem& p) {
     w.gram = static_cast<size_t>(p.B * p.Hkv * p.D * p.D);
     w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
     w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
+    w.heads = (static_cast<size_t>(p.B * p.H) + 3) / 4 * 4;
   }
   return w;
 }
@@ -344,11 +348,11 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
                detail::kBwdThreads);
   }
   if (!s.ok) return s;
-  s = launch(detail::thresh_dq_kernel<D>, dim3((k.Nq + detail::kThreshDqRows - 1) / detail::kThreshDqRows, k.H, k.B), 0, stream, k,
-             "thresh-lowrank dQ postprocess", threads);
+  // The dQ correction also writes the block sums of the uniform dK part and, without causal masking, their total
+  // (the only suffix sum then read); with causal masking the suffix sums of every row follow.
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
-  if (s.ok) s = launch(detail::suffix_part_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank block sums", D);
-  if (s.ok) s = launch(detail::suffix_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank suffix sums", D);
+  s = launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
+  if (s.ok && k.causal) s = launch(detail::suffix_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank suffix sums", D);
   return s;  // the uniform dK part is applied by the dK/dV postprocess (its kSuffix form)
 }
 
@@ -460,6 +464,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     kp.gram = kp.part + w.part;
     kp.u = kp.gram + w.gram;
     kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
+    kp.head_done = reinterpret_cast<int*>(kp.u + w.u + w.ku);
     kp.suffix = kp.pk;
     kp.list_cap = p.params.thresh_k;
     kp.thresh = 1.0f / static_cast<float>(p.params.thresh_k);
@@ -512,7 +517,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess) return last_error("workspace memset");
     if (thresh && (cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.row, st) != cudaSuccess ||
                    cudaMemsetAsync(kp.pku, 0, sizeof(float) * w.pku, st) != cudaSuccess ||
-                   cudaMemsetAsync(kp.gram, 0, sizeof(float) * w.gram, st) != cudaSuccess)) {
+                   cudaMemsetAsync(kp.gram, 0, sizeof(float) * w.gram, st) != cudaSuccess ||
+                   cudaMemsetAsync(kp.head_done, 0, sizeof(float) * w.heads, st) != cudaSuccess)) {
       return last_error("workspace memset");
     }
   }

@@ -191,10 +191,10 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   store_bf16_vec<4>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j0 + r) * kLowRank + c0, acc);
 }
 
-// The dQ correction of row i (one warp), for thresh_dq_kernel.
+// The dQ correction of row i (one warp), for thresh_dq_kernel; adds rest_i Q_i to the lane's columns of `part`.
 template <int D>
 __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, int b, int h, int hk, int i,
-                                              int lane) {
+                                              int lane, float (&part)[D / 32]) {
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const float s = p.psum[row];
   const float c = s > 0.0f ? p.rowsum[row] / s : 0.0f;
@@ -253,9 +253,11 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 #pragma unroll
   for (int e = 0; e < kV; ++e) xs[e] = p.scale * (xs[e] - c * (acc[e] + back[e]));
   store_bf16_vec<kV>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0, xs);
+  float qd[kV];
+  load_bf16_vec<kV>(p.q, b, i, h, d0, qd);
+#pragma unroll
+  for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qd[e], part[e]);
   if (cnt > 0) {
-    float qd[kV];
-    load_bf16_vec<kV>(p.q, b, i, h, d0, qd);
     for (int t = 0; t < cnt; ++t) {
       const int j = __shfl_sync(0xffffffffu, jt, t);
       const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
@@ -270,47 +272,64 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 }
 
 // One warp per row: the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction
-// (atomics into dk_acc) and rest_i for the uniform part. Grid (ceil(Nq / kThreshDqRows), H, B): a CTA's rows
-// share one kv head, whose U it stages once in shared memory, transposed ([8][D]: lanes read consecutive words).
-constexpr int kThreshDqRows = 64;
+// (atomics into dk_acc) and rest_i for the uniform part. Grid (ceil(Nq / 64), H, B): a CTA's rows share one kv
+// head, whose U it stages once in shared memory, transposed ([8][D]: lanes read consecutive words). The CTA
+// also writes part[b, h, blk] = sum over its rows of rest_i Q_i (warp w adds rows w, w + 8, ..., then the
+// warps in order); without causal masking the last CTA of a head to finish (a counter per head, after a
+// fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum read then.
+constexpr int kThreshDqRows = kSuffixBlock;
 template <int D>
 __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelParams p) {
+  constexpr int kWarps = kPostThreads / 32, kV = D / 32;
   __shared__ float su[kLowRank * D];
-  const int lane = threadIdx.x & 31, b = blockIdx.z, h = blockIdx.y;
+  __shared__ float sp[kWarps * D];
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
   __syncthreads();
-  for (int i = blockIdx.x * kThreshDqRows + (threadIdx.x >> 5); i < min(p.Nq, (blockIdx.x + 1) * kThreshDqRows);
-       i += kPostThreads / 32)
-    thresh_dq_row<D>(p, su, b, h, hk, i, lane);
-}
-
-// part[b, h, blk, d] = sum over the rows of block blk of rest_i Q_i[d]; grid (ceil(Nq / 64), H, B), D threads.
-template <int D>
-__global__ void suffix_part_kernel(const KernelParams p) {
-  const int b = blockIdx.z, h = blockIdx.y, blk = blockIdx.x, d = threadIdx.x;
+  float part[kV];
+#pragma unroll
+  for (int e = 0; e < kV; ++e) part[e] = 0.0f;
+  for (int i = blockIdx.x * kThreshDqRows + warp; i < min(p.Nq, (blockIdx.x + 1) * kThreshDqRows); i += kWarps)
+    thresh_dq_row<D>(p, su, b, h, hk, i, lane, part);
+#pragma unroll
+  for (int e = 0; e < kV; ++e) sp[warp * D + lane * kV + e] = part[e];
+  __syncthreads();
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int i0 = blk * kSuffixBlock, i1 = min(p.Nq, i0 + kSuffixBlock);
-  float s = 0.0f;
-  for (int i = i0; i < i1; ++i) s = fmaf(p.rest[bh * p.Nq + i], load_bf16(p.q, b, i, h, d), s);
-  p.part[(bh * gridDim.x + blk) * D + d] = s;
+  const int d = threadIdx.x;
+  if (d < D) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += sp[w * D + d];
+    p.part[(bh * gridDim.x + blockIdx.x) * D + d] = sum;
+  }
+  if (p.causal) return;  // suffix_kernel forms every row's suffix sum from the block sums
+  __threadfence();       // this CTA's block sum is visible before it counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&p.head_done[bh], 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last || d >= D) return;
+  __threadfence();
+  float total = 0.0f;
+  for (int blk = 0; blk < static_cast<int>(gridDim.x); ++blk) total += __ldcg(p.part + (bh * gridDim.x + blk) * D + d);
+  p.suffix[bh * p.Nq * D + d] = total;
 }
 
-// suffix[b, h, i, d] = sum_{i' >= i} rest_i' Q_i'[d]: block sums after blk (sequential over the few blocks),
-// then down the block's own rows; grid (ceil(Nq / 64), H, B), D threads. Without causal masking every key
-// reads row 0 only (the total), so only block 0 runs and only row 0 is stored (the same operations for it).
+// suffix[b, h, i, d] = sum_{i' >= i} rest_i' Q_i'[d] with causal masking: the block sums after blk (sequential
+// over the few blocks), then down the block's own rows; grid (ceil(Nq / 64), H, B), D threads. (Without
+// causal masking thresh_dq_kernel stores the total, row 0, itself.)
 template <int D>
 __global__ void suffix_kernel(const KernelParams p) {
   const int b = blockIdx.z, h = blockIdx.y, blk = blockIdx.x, d = threadIdx.x;
-  if (!p.causal && blk != 0) return;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   float run = 0.0f;
   for (int later = gridDim.x - 1; later > blk; --later) run += p.part[(bh * gridDim.x + later) * D + d];
   const int i0 = blk * kSuffixBlock, i1 = min(p.Nq, i0 + kSuffixBlock);
   for (int i = i1 - 1; i >= i0; --i) {
     run = fmaf(p.rest[bh * p.Nq + i], load_bf16(p.q, b, i, h, d), run);
-    if (p.causal || i == 0) p.suffix[(bh * p.Nq + i) * D + d] = run;
+    p.suffix[(bh * p.Nq + i) * D + d] = run;
   }
 }
 

@@ -42,6 +42,7 @@ int run_one(const RunOptions& o, std::FILE* out) {
   p.allow_nonfinite = o.allow_nonfinite;
   p.deterministic = o.deterministic;
   if (!o.projection.empty()) p.projection = parse_projection(o.projection);
+  p.dk_compensation_rank = o.dk_compensation_rank;
   const AttentionState s = load_state(o.state, o.allow_nonfinite);
   p.causal = s.causal;
   p.softmax_scale = state_scale(s);

@@ -12,6 +12,7 @@ struct RunOptions {
   bool allow_nonfinite = false;
   bool deterministic = false;  // CUDA: no atomics in the backward
   std::string projection;      // GProj's projection for the gproj variant; empty: the default
+  int dk_compensation_rank = 0;  // FlashParams::dk_compensation_rank (gproj variant, CPU)
 };
 
 // Writes o, lse, dq, dk, dv as F32 (exactly the values the variant produced) and provenance metadata.

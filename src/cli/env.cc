@@ -54,6 +54,7 @@ nlohmann::json variant_params_json(const FlashParams& p) {
     const Projection q = p.projection;
     if (q == Projection::kTopK || q == Projection::kTopKRest || q == Projection::kTopKLowRank) j["topk"] = p.topk;
     if (q == Projection::kThreshLowRank) j["thresh_k"] = p.thresh_k;
+    if (p.dk_compensation_rank != 0) j["dk_compensation_rank"] = p.dk_compensation_rank;
     if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) {
       j["lowrank_rank"] = p.lowrank_rank;
     }

@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   check_cmd->add_flag("--deterministic", check.deterministic, "CUDA: backward without atomics (same bits every run)");
   check_cmd->add_option("--projection", check.projection,
                         "GProj's projection for the gproj variant (default thresh-lowrank; e.g. pweighted)");
+  check_cmd->add_option("--dk-compensation", check.dk_compensation_rank,
+                        "gproj variant, CPU, experimental: compensate dK's BF16 rounding through this many directions "
+                        "of Q (0: off)")
+      ->check(CLI::Range(0, 256));
   check_cmd->add_flag("--quiet", check.quiet, "no progress on stderr");
 
   gproj::cli::RunOptions run;
@@ -46,6 +50,9 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
   run_cmd->add_flag("--deterministic", run.deterministic, "CUDA: backward without atomics (same bits every run)");
   run_cmd->add_option("--projection", run.projection, "GProj's projection for the gproj variant (default thresh-lowrank)");
+  run_cmd->add_option("--dk-compensation", run.dk_compensation_rank,
+                      "gproj variant, CPU, experimental: compensate dK's BF16 rounding through this many directions of Q")
+      ->check(CLI::Range(0, 256));
 
   bool list = false;
   std::string write_dir, data_dir;

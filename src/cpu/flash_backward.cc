@@ -113,6 +113,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       cpu::HeadView head{d.Nq, d.Nk, D, params.causal, Q.data(), K.data(), dQacc.data(), dKacc.data()};
       cpu::RowProjection proj(st.projection, head, params.lowrank_rank,
                               st.projection == Projection::kThreshLowRank ? params.thresh_k : params.topk, gemm);
+      cpu::DkCompensation dk_comp(head, params.variant == Variant::kGproj ? params.dk_compensation_rank : 0);
 
       std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),
           dSb_raw(P.size()), dSb(P.size());
@@ -152,6 +153,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
               dS[t] = P[t] * (dP[t] - delta[i0 + i]);
               dSb_raw[t] = dSb[t] = rnd(dS[t]);  // B4
             }
+          dk_comp.accumulate(i0, rows, j0, cols, dS.data(), dSb_raw.data(), Bk);
           proj.compensate_tile(rows, cols, P.data(), dS.data(), dSb.data(), Bk);
           gemm.tn(cols, D, rows, Pb.data(), Bk, &dO[i0 * D], D, &dVacc[j0 * D], D, true);  // dV += P^T dO
           gemm.tn(cols, D, rows, dSb.data(), Bk, &Q[i0 * D], D, &dKacc[j0 * D], D, true);  // dK += dS^T Q
@@ -170,6 +172,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
         }
       }
       proj.finish();
+      dk_comp.finish();
       for (int64_t i = 0; i < d.Nq; ++i) {
         r.rowsum.at(b, h, i) = proj.rowsum_before()[i];
         r.rowsum_after.at(b, h, i) = proj.rowsum_after()[i];

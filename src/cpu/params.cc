@@ -101,6 +101,10 @@ float resolve_scale(const FlashParams& p, int64_t D) {
   if (p.topk < 1 || p.topk > 64) {
     throw Error(ErrorCode::kInvalidArgument, "top-k projection needs 1 <= k <= 64, got " + std::to_string(p.topk));
   }
+  if (p.dk_compensation_rank < 0 || p.dk_compensation_rank > D) {
+    throw Error(ErrorCode::kInvalidArgument, "dk_compensation_rank must lie in [0, D = " + std::to_string(D) +
+                                                 "], got " + std::to_string(p.dk_compensation_rank));
+  }
   if (p.lowrank_rank < 1) {
     throw Error(ErrorCode::kInvalidArgument, "low-rank projection rank must be >= 1, got " +
                                                  std::to_string(p.lowrank_rank));

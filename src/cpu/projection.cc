@@ -354,4 +354,48 @@ void RowProjection::finish() {
   }
 }
 
+DkCompensation::DkCompensation(const HeadView& head, int rank) : h_(head), rank_(std::min(rank, head.D)) {
+  if (rank_ <= 0) return;
+  const int D = h_.D;
+  std::vector<double> gram(static_cast<size_t>(D) * D, 0.0), V;
+  for (int64_t i = 0; i < h_.Nq; ++i)
+    for (int a = 0; a < D; ++a)
+      for (int b = 0; b < D; ++b) gram[a * D + b] += double(h_.Q[i * D + a]) * h_.Q[i * D + b];
+  top_eigenvectors(gram, D, rank_, V);
+  U_.assign(V.begin(), V.end());
+  QU_.assign(static_cast<size_t>(h_.Nq) * rank_, 0.0f);
+  for (int64_t i = 0; i < h_.Nq; ++i)
+    for (int c = 0; c < rank_; ++c) {
+      float x = 0.0f;
+      for (int a = 0; a < D; ++a) x += h_.Q[i * D + a] * U_[a * rank_ + c];
+      QU_[i * rank_ + c] = round_bf16(x);
+    }
+  E_.assign(static_cast<size_t>(h_.Nk) * rank_, 0.0f);
+}
+
+void DkCompensation::accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* dS, const float* dSb,
+                                int ld) {
+  if (rank_ <= 0) return;
+  for (int j = 0; j < cols; ++j) {
+    float* e = &E_[(j0 + j) * rank_];
+    for (int i = 0; i < rows; ++i) {
+      const float eps = round_bf16(dS[i * ld + j] - dSb[i * ld + j]);
+      if (eps == 0.0f) continue;
+      const float* qu = &QU_[(i0 + i) * rank_];
+      for (int c = 0; c < rank_; ++c) e[c] += eps * qu[c];
+    }
+  }
+}
+
+void DkCompensation::finish() {
+  if (rank_ <= 0) return;
+  const int D = h_.D;
+  for (int64_t j = 0; j < h_.Nk; ++j)
+    for (int a = 0; a < D; ++a) {
+      float x = 0.0f;
+      for (int c = 0; c < rank_; ++c) x += E_[j * rank_ + c] * U_[a * rank_ + c];
+      h_.dKacc[j * D + a] += x;
+    }
+}
+
 }  // namespace gproj::cpu

@@ -73,4 +73,25 @@ class RowProjection {
   std::vector<int64_t> top_j_;  // (Nq, k) their key indices (-1: empty slot)
 };
 
+// dK's BF16 rounding compensated through a rank-r basis of the queries (FlashParams::dk_compensation_rank;
+// docs/gproj-projection.md, "dK compensation"). Rounding dS to BF16 leaves eps_ij = dS_ij - bf16(dS_ij) out of
+// dK_j = sum_i dS_ij Q_i; when the queries share a component, the column sums of eps carry it into dK, as the row
+// sums carry the keys' shared component into dQ. Per tile: E_j += sum_i bf16(eps_ij) bf16(Q_i U) (FP32); at the
+// end dK_j += E_j U^T, U the top-r eigenvectors of Q^T Q (the subspace iteration used for K's basis).
+class DkCompensation {
+ public:
+  DkCompensation(const HeadView& head, int rank);  // rank 0: inactive, every call a no-op
+  bool active() const { return rank_ > 0; }
+  // dS in FP32 and dSb = bf16(dS) of one tile (rows, cols; leading dim ld).
+  void accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* dS, const float* dSb, int ld);
+  void finish();  // dKacc += E U^T
+
+ private:
+  HeadView h_;
+  int rank_;
+  std::vector<float> U_;   // (D, rank)
+  std::vector<float> QU_;  // (Nq, rank), rounded to BF16 (a tensor-core operand on a GPU)
+  std::vector<float> E_;   // (Nk, rank)
+};
+
 }  // namespace gproj::cpu

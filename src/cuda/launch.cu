@@ -430,6 +430,10 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (lse.data == nullptr || dq.data == nullptr || dk.data == nullptr || dv.data == nullptr || workspace == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "lse, dq, dk, dv and the workspace are required");
   }
+  if (p.params.variant == Variant::kGproj && p.params.dk_compensation_rank != 0) {
+    return fail(ErrorCode::kUnsupported, "dk_compensation_rank (dK's low-rank rounding compensation, experimental) is "
+                                         "implemented by the CPU emulator only; run it on the CPU or set it to 0");
+  }
   const bool fp32 = p.params.variant == Variant::kFp32;
   if (fp32 && o_fp32.data == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");

@@ -37,13 +37,14 @@ print(f"  {sum(tot.values()):9.1f} us  total (second half of the calls)")
 PY
 done
 
-# Fuller reports of the main kernels (one launch each; PROFILE_FULL=0 skips them).
-[ "${PROFILE_FULL:-1}" = 0 ] || for kl in flash_fwd_wg_kernel:base-w8-wg flash_bwd_tc_wide_kernel:base-w8-wg flash_fwd_tc_kernel:baseline flash_bwd_wg_kernel:baseline \
-          flash_bwd_tc_kernel:base-v1; do
+# Fuller reports of the main kernels (one launch each; PROFILE_FULL=0 skips them; PROFILE_KERNELS lists
+# KERNEL_REGEX:BENCH_LABEL pairs, e.g. "flash_bwd_wg_kernel:gproj" for the thresh-lowrank form of the default).
+[ "${PROFILE_FULL:-1}" = 0 ] || for kl in ${PROFILE_KERNELS:-flash_fwd_wg_kernel:baseline flash_bwd_wg_kernel:baseline \
+          flash_bwd_wg_kernel:gproj flash_bwd_tc_kernel:base-v1}; do
   k=${kl%%:*} label=${kl##*:}
   timeout 120 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis "$bench" --only "$label" --shape "$shape" --reps 1 >"$out/profile/ncu_$k.txt" 2>&1
+    --section MemoryWorkloadAnalysis "$bench" --only "$label" --shape "$shape" --reps 1 >"$out/profile/ncu_${k}_$label.txt" 2>&1
   echo "== ncu $k ($label): rc=$?"
 done
 

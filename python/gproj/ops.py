@@ -108,7 +108,7 @@ def _needs_custom_op(q: torch.Tensor) -> bool:
     """True while torch.compile traces (it captures the custom op) and for meta or fake tensors (the fake
     implementation). Eager calls on real tensors take the autograd.Function, the same kernels with less Python
     per call: the custom op's dispatch cost ~60 us more per forward and ~40 us per backward on the CPU here,
-    5% of a D = 128, N = 4k forward on the H200 (docs/pytorch.md)."""
+    an estimated 5% of a D = 128, N = 4k forward on the H200 (docs/pytorch.md)."""
     if torch.compiler.is_compiling() or q.device.type == "meta":
         return True
     return isinstance(q, torch._subclasses.fake_tensor.FakeTensor)

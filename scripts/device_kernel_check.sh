@@ -4,7 +4,7 @@
 # BENCH_LABELS (space-separated; all configurations when empty). The whole scripts/device_check.sh stays the
 # check before a kernel becomes a default. Device tool:
 #   GPROJ_COMMIT=<commit> TEST_FILTER='*Wgmma*' SMALL_FILTER='Awkward/CudaSweep.WgmmaBackward*/q97_k97_h2x2_d128*' \
-#     BENCH_LABELS='baseline base-tma' bash scripts/device_kernel_check.sh
+#     BENCH_LABELS='baseline base-v31' bash scripts/device_kernel_check.sh
 # with carry [".gproj_commit", ".prebuilt"] and .prebuilt from scripts/device_prebuild.sh at that commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."

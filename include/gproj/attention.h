@@ -55,10 +55,11 @@ struct FlashParams {
   int lowrank_rank = 8;                // r of Projection::kLowRank
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
   int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
-  int dk_compensation_rank = 0;        // Variant::kGproj, CPU emulator (experimental, off by default): dK gets back
-                                       // the BF16 rounding error of dS through the top-r eigenvectors of Q^T Q,
+  int dk_compensation_rank = 0;        // Variant::kGproj (experimental, off by default): dK gets back the BF16
+                                       // rounding error of dS through the top-r eigenvectors of Q^T Q,
                                        // dK_j += sum_i bf16(dS_ij - bf16(dS_ij)) bf16(Q_i U) U^T
-                                       // (docs/gproj-projection.md, "dK compensation"); 0 = off
+                                       // (docs/gproj-projection.md, "dK compensation"); 0 = off. CPU: any r;
+                                       // CUDA: r = 8 with thresh-lowrank on the v3.1 backward at D = 64
   Accumulation accumulation = Accumulation::kIeeeFp32;
   bool allow_nonfinite = false;        // NaN/Inf inputs are an error unless the caller opts in
   int cuda_wgmma_forward = -1;         // CUDA forward: -1 = auto (v2.2, wgmma + TMA, flash_fwd_wg.cuh, for

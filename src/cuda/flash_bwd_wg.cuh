@@ -37,14 +37,51 @@ constexpr int kWgStatCols = 16;
 template <int D, bool kSplitDq>
 constexpr bool kBwdWgSplit = kSplitDq && D == 128;
 
-template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false>
+template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false>
 constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
-  // 3 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
+  // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
   return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
-                           (kThresh ? kWgBwdRows * kWgBwdKeys + 3 * kWgStatCols * 64 : 0)) +
+                           (kThresh ? kWgBwdRows * kWgBwdKeys + 3 * kWgStatCols * 64 : 0) +
+                           (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
          sizeof(float) * 4 * kWgBwdRows + 8 * 8 + 1024;
+}
+
+// dK compensation (kDkComp): dK_acc[key] += E[key] U_q^T for this thread's keys (rows g, g + 8 of its warp's 16),
+// E the m64n16 accumulator of eps^T (Q U_q) (columns 0-7; lane (g, t) holds columns 2 t, 2 t + 1 of block 0),
+// added to the m64n64 dK accumulators [D / 64][32] before they are stored.
+template <int D>
+__device__ __forceinline__ void dk_compensate(const float* u_q, const float (&e)[8], float (&dk)[D / 64][32], int lane) {
+  const int tq = lane & 3;
+  float ea[kLowRank], eb[kLowRank];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const int src = (lane & ~3) | t;
+    ea[2 * t] = __shfl_sync(0xffffffffu, e[0], src);
+    ea[2 * t + 1] = __shfl_sync(0xffffffffu, e[1], src);
+    eb[2 * t] = __shfl_sync(0xffffffffu, e[2], src);
+    eb[2 * t + 1] = __shfl_sync(0xffffffffu, e[3], src);
+  }
+#pragma unroll
+  for (int nb = 0; nb < D / 64; ++nb)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int c2 = 0; c2 < 2; ++c2) {
+        const int d = nb * 64 + n * 8 + 2 * tq + c2;
+        const float4 u0 = *reinterpret_cast<const float4*>(u_q + d * kLowRank);
+        const float4 u1 = *reinterpret_cast<const float4*>(u_q + d * kLowRank + 4);
+        const float u[kLowRank] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        float xa = 0.0f, xb = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kLowRank; ++c) {
+          xa = fmaf(ea[c], u[c], xa);
+          xb = fmaf(eb[c], u[c], xb);
+        }
+        dk[nb][4 * n + c2] += xa;
+        dk[nb][4 * n + 2 + c2] += xb;
+      }
 }
 
 // thresh-lowrank: appends this thread's entries with bf16(P) >= thresh to their rows' lists, read back from the
@@ -81,13 +118,14 @@ __device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t*
 // kSplitDq (v3.2, on v3.1; D = 128, else v3.1 itself): the two warpgroups meet once per block at a 256-thread
 // barrier after both have stored bf16(dS), and each adds dQ[:, 64 wg ..] over all 128 keys: half the dQ atomics
 // of v3.1, one coupling point per block.
-template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false>
+template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "tiles are 64-column blocks; registers hold dK, dV for D <= 128");
   static_assert(!kThresh || (kTma && !kStats), "thresh-lowrank runs on v3.1, with its own statistics");
   static_assert(!kSplitDq || kTma, "v3.2 is a form of v3.1");
+  static_assert(!kDkComp || (kThresh && D == 64 && !kSplitDq), "dK compensation: thresh-lowrank on v3.1, D = 64");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -101,7 +139,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sP = sdS + (kSplit ? 2 : 1) * BQ * BK;         // kThresh: [2 key halves][BQ][64] bf16(P), as sdS
   bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T; ones; zeros)
   bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row 9; zeros)
-  float* sL = reinterpret_cast<float*>(sUp + (kThresh ? 3 * kWgStatCols * 64 : 0));  // [2][BQ] LSE: v3.0 per
+  bf16_t* sQU = sUp + (kThresh ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
+  float* sL = reinterpret_cast<float*>(sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0));  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
   uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
@@ -149,6 +188,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         for (int r = 0; r < kWgStatCols; ++r) sUd[sw128_offset(r, c, kWgStatCols)] = r == 9 ? one : zero;
       }
     }
+    if constexpr (kDkComp) {  // rows 8-15 of both warpgroups' (Q U_q)^T tiles stay zero
+      for (int x = threadIdx.x; x < 2 * 8 * 64; x += kWgThreads) {
+        const int w = x / (8 * 64), r = 8 + (x / 64) % 8, c = x % 64;
+        sQU[w * kWgStatCols * 64 + sw128_offset(r, c, kWgStatCols)] = __float2bfloat16_rn(0.0f);
+      }
+    }
     fence_async_smem();  // read by wgmma after the barrier below
   }
   if constexpr (kTma) {
@@ -184,15 +229,21 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   // v3.1: each warpgroup's threads 0..63 stage the LSE and delta of one query row, loaded a block ahead.
   const int ltid = threadIdx.x & 127;
   float next_l = 0.0f, next_dl = 0.0f;
+  uint4 next_qu = make_uint4(0, 0, 0, 0);  // kDkComp: bf16(Q U_q) of the same row
   const auto load_row = [&](int qb) {  // 0 past Nq (those columns are masked)
     const int i = qb * BQ + ltid;
     if (kTma && ltid < BQ && qb < nqb && i < p.Nq) {
       next_l = p.lse[bh * p.Nq + i] * kLog2e;  // as the element-wise step uses it
       next_dl = p.delta[bh * p.Nq + i];
+      if constexpr (kDkComp) next_qu = *reinterpret_cast<const uint4*>(p.qu + (bh * p.Nq + i) * kLowRank);
     } else {
       next_l = next_dl = 0.0f;
+      next_qu = make_uint4(0, 0, 0, 0);
     }
   };
+  float ecomp[8];  // kDkComp: eps^T (Q U_q) of this warpgroup's 64 keys, m64n16 (columns 8-15 stay zero)
+#pragma unroll
+  for (int e = 0; e < 8; ++e) ecomp[e] = 0.0f;
   if constexpr (kTma) {
     load_row(qb0);
     mbar_wait(kv_full, 0);
@@ -218,7 +269,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (ltid < BQ) {
         Ls[ltid] = next_l;
         Dls[ltid] = next_dl;
+        if constexpr (kDkComp) {  // row ltid's 8 values into column ltid of the warpgroup's (Q U_q)^T tile
+          const bf16_t* v = reinterpret_cast<const bf16_t*>(&next_qu);
+#pragma unroll
+          for (int r = 0; r < kLowRank; ++r) sQU[wg * kWgStatCols * 64 + sw128_offset(r, ltid, kWgStatCols)] = v[r];
+        }
       }
+      if constexpr (kDkComp) fence_async_smem();  // read by this block's wgmma, after the barrier
       load_row(qb + 1);
       wg_bar_sync(1 + wg);
       // A warpgroup whose 64 keys no query of this block sees (the causal diagonal's first block, keys past Nk)
@@ -272,7 +329,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const float sl2 = p.scale * kLog2e;
     const int kbase = j0 + wg * 64;
     const bool interior = i0 + BQ <= p.Nq && kbase + 63 <= last_visible(p, i0);
-    uint32_t pf[4][4], dsf[4][4];
+    uint32_t pf[4][4], dsf[4][4], ef[4][4];  // ef, kDkComp: bf16(dS^T - bf16(dS^T)), as dsf
     bool hit = false;  // kThresh: an entry of this thread's with bf16(P) >= thresh
     const auto elementwise = [&](auto all_visible) {
 #pragma unroll
@@ -303,6 +360,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
         dsf[n >> 1][(n & 1) * 2] = da;
         dsf[n >> 1][(n & 1) * 2 + 1] = db;
+        if constexpr (kDkComp) {  // the rounding error B4 leaves, rounded again (a tensor-core operand)
+          ef[n >> 1][(n & 1) * 2] = pack_bf16(dsv[0] - bf16_lo(da), dsv[1] - bf16_hi(da));
+          ef[n >> 1][(n & 1) * 2 + 1] = pack_bf16(dsv[2] - bf16_lo(db), dsv[3] - bf16_hi(db));
+        }
         if (kStats) {  // r_i of queries ql0, ql0 + 1: this thread's keys key_a, key_b, then the warp's 16 keys
           float r0 = bf16_lo(da) + bf16_lo(db), r1 = bf16_hi(da) + bf16_hi(db);
 #pragma unroll
@@ -347,6 +408,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         wgmma_rs_n64<1>(dv[nb], pf[kk], wg_desc_mnmajor(ot + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
         wgmma_rs_n64<1>(dk[nb], dsf[kk], wg_desc_mnmajor(qt + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
       }
+    if constexpr (kDkComp) {  // E += eps^T (Q U_q): K = queries, B = the warpgroup's (Q U_q)^T tile (K-major)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_rs_n16(ecomp, ef[kk], wg_desc_kmajor(sQU + wg * kWgStatCols * 64 + kk * 16));
+    }
     wg_commit();
     fence_async_smem();  // sdS written by plain stores, read next by wgmma
     if constexpr (kSplit) {
@@ -365,6 +430,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     fence_regs(pf);
     fence_regs(dsf);
+    if constexpr (kDkComp) {
+      fence_regs(ef);
+      fence_regs(ecomp);
+    }
     if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
     if (kThresh && __any_sync(0xffffffffu, hit)) {  // sP is complete (the barrier above)
       if (hit) {
@@ -440,6 +509,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   }
   if constexpr (!kTma) cp_async_wait<0>();
+  if constexpr (kDkComp) dk_compensate<D>(p.u_q + bh * D * kLowRank, ecomp, dk, lane);
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).
   store_dk_dv<D>(p, bh, key_a - g, g, tq, reinterpret_cast<const float(&)[D / 8][4]>(dk),
                  reinterpret_cast<const float(&)[D / 8][4]>(dv));

@@ -50,6 +50,10 @@ struct KernelParams {
   float* suffix;                     // (B, H, Nq, D) sum_{i' >= i} rest_i' Q_i' (causal), or the total (row 0)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i
   int* head_done;                    // (B, H) dQ-correction CTAs finished (non-causal: the last one sums `part`)
+  // dK compensation (FlashParams::dk_compensation_rank = 8): the same basis for the queries of each query head
+  float* gram_q;                     // (B, H, D, D) Q^T Q
+  float* u_q;                        // (B, H, D, 8) its top-8 eigenvectors
+  __nv_bfloat16* qu;                 // (B, H, Nq, 8) bf16(Q U_q)
   float* dk_acc;                     // (B, H, Nk, D) per query head
   float* dv_acc;                     // (B, H, Nk, D) per query head
   __nv_bfloat16 *dq, *dk, *dv;       // outputs, contiguous

@@ -245,10 +245,11 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
   return {};
 }
 
-template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false>
+template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false>
 Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 grid, cudaStream_t stream) {
-  return launch_args(detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq>, grid, detail::kWgThreads,
-                     detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq>(), stream, "backward main, wgmma", k, maps);
+  return launch_args(detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq, kDkComp>, grid,
+                     detail::kWgThreads, detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq, kDkComp>(), stream,
+                     "backward main, wgmma", k, maps);
 }
 
 // v3.1's TMA descriptors of q, do, k, v (before any kernel runs, so that auto mode can fall back to v1).
@@ -277,7 +278,12 @@ Status backward_wgmma(const KernelParams& k, int version, bool thresh, const det
     return k.row_stats ? launch_bwd_wg<D, true, true, false, true>(k, maps, grid, stream)
                        : launch_bwd_wg<D, false, true, false, true>(k, maps, grid, stream);
   }
-  if (thresh) return launch_bwd_wg<D, false, true, true>(k, maps, grid, stream);
+  if (thresh) {
+    if constexpr (D == 64) {  // dK compensation (FlashParams::dk_compensation_rank = 8): D = 64 only so far
+      if (k.qu != nullptr) return launch_bwd_wg<D, false, true, true, false, true>(k, maps, grid, stream);
+    }
+    return launch_bwd_wg<D, false, true, true>(k, maps, grid, stream);
+  }
   return k.row_stats ? launch_bwd_wg<D, true, true>(k, maps, grid, stream)
                      : launch_bwd_wg<D, false, true>(k, maps, grid, stream);
 }
@@ -297,13 +303,15 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D)
 // and, for thresh-lowrank only: list_count, rest (B H Nq) | list_j, list_p (B H Nq k) | pku (B H Nq 8) |
 // part (B H ceil(Nq/64) D) | gram (B Hkv D D) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) |
-// head_done (B H, padded to 4 words);
+// head_done (B H, padded to 4 words); and for the dK compensation only: gram_q (B H D D) | u_q (B H D 8) |
+// qu (B H Nq 8 BF16);
 // the pk region holds the suffix sums.
 struct Workspace {
   size_t row, q, k;
-  size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0;
+  size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0, gram_q = 0, u_q = 0, qu = 0;
   size_t words() const {
-    return 3 * row + 2 * q + 2 * k + (list ? 2 * row + 2 * list + pku + part + gram + u + ku + heads : 0);
+    return 3 * row + 2 * q + 2 * k +
+           (list ? 2 * row + 2 * list + pku + part + gram + u + ku + heads + gram_q + u_q + qu : 0);
   }
   size_t bytes() const { return sizeof(float) * words(); }
 };
@@ -322,6 +330,11 @@ Workspace layout(const Problem& p) {
     w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
     w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
     w.heads = (static_cast<size_t>(p.B * p.H) + 3) / 4 * 4;
+    if (p.params.dk_compensation_rank != 0) {
+      w.gram_q = static_cast<size_t>(p.B * p.H * p.D * p.D);
+      w.u_q = static_cast<size_t>(p.B * p.H * p.D * detail::kLowRank);
+      w.qu = static_cast<size_t>(p.B * p.H * p.Nq * detail::kLowRank / 2);
+    }
   }
   return w;
 }
@@ -338,6 +351,15 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
                        "thresh-lowrank eigenvectors", threads);
   if (s.ok) s = launch(detail::ku_kernel<D>, dim3(key_tiles, k.Hkv, k.B), 0, stream, k, "thresh-lowrank K U",
                        detail::kBwdThreads);
+  if (s.ok && k.qu != nullptr) {  // dK compensation: the same pre-pass on Q, per query head
+    const int query_tiles = (k.Nq + detail::kBwdBlock - 1) / detail::kBwdBlock;
+    s = launch(detail::gram_kernel<D, true>, dim3((query_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.H, k.B),
+               0, stream, k, "dK compensation Gram matrix", detail::kBwdThreads);
+    if (s.ok) s = launch(detail::eig_kernel<D, true>, dim3(k.H, k.B), detail::eig_smem_bytes<D>(), stream, k,
+                         "dK compensation eigenvectors", threads);
+    if (s.ok) s = launch(detail::ku_kernel<D, true>, dim3(query_tiles, k.H, k.B), 0, stream, k, "dK compensation Q U",
+                         detail::kBwdThreads);
+  }
   if (!s.ok) return s;
   constexpr int blk = detail::kBwdBlock;
   if (v31_maps != nullptr) {  // v3.1 (the default where it applies) or v3.2
@@ -430,10 +452,6 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (lse.data == nullptr || dq.data == nullptr || dk.data == nullptr || dv.data == nullptr || workspace == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "lse, dq, dk, dv and the workspace are required");
   }
-  if (p.params.variant == Variant::kGproj && p.params.dk_compensation_rank != 0) {
-    return fail(ErrorCode::kUnsupported, "dk_compensation_rank (dK's low-rank rounding compensation, experimental) is "
-                                         "implemented by the CPU emulator only; run it on the CPU or set it to 0");
-  }
   const bool fp32 = p.params.variant == Variant::kFp32;
   if (fp32 && o_fp32.data == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");
@@ -469,6 +487,11 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     kp.u = kp.gram + w.gram;
     kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
     kp.head_done = reinterpret_cast<int*>(kp.u + w.u + w.ku);
+    if (w.qu != 0) {
+      kp.gram_q = kp.u + w.u + w.ku + w.heads;
+      kp.u_q = kp.gram_q + w.gram_q;
+      kp.qu = reinterpret_cast<__nv_bfloat16*>(kp.u_q + w.u_q);
+    }
     kp.suffix = kp.pk;
     kp.list_cap = p.params.thresh_k;
     kp.thresh = 1.0f / static_cast<float>(p.params.thresh_k);
@@ -502,10 +525,19 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
                     ") serves variants baseline, fwdfix and gproj with projection thresh-lowrank, with 16-byte "
                     "aligned rows, without deterministic mode or the wide backward");
   }
+  // dK compensation (experimental): rank 8, on the v3.1 thresh-lowrank kernel at D = 64 only so far.
+  const bool dk_comp = var == Variant::kGproj && p.params.dk_compensation_rank != 0;
+  if (dk_comp && (p.params.dk_compensation_rank != detail::kLowRank || !thresh || wg_version != 2 || p.D != 64)) {
+    return fail(ErrorCode::kUnsupported,
+                "dk_compensation_rank (dK's low-rank rounding compensation, experimental) runs on CUDA with rank 8, "
+                "projection thresh-lowrank, the v3.1 backward (cuda_backward_wgmma -1 or 2) and D = 64 only; got "
+                "rank " + std::to_string(p.params.dk_compensation_rank) + ", D = " + std::to_string(p.D) +
+                    " (the CPU emulator takes any rank and D)");
+  }
   detail::TmaMaps maps{};
   if (wg_version >= 2) {  // the driver may refuse a descriptor (e.g. zero strides): auto mode then takes v1
     if (Status ms = bwd_tma_maps(&maps, p, q, k, v, dout); !ms.ok) {
-      if (p.params.cuda_backward_wgmma != -1) return ms;
+      if (p.params.cuda_backward_wgmma != -1 || dk_comp) return ms;  // (v1 has no dK compensation)
       wg_version = 0;
     }
   }
@@ -522,7 +554,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
     if (thresh && (cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.row, st) != cudaSuccess ||
                    cudaMemsetAsync(kp.pku, 0, sizeof(float) * w.pku, st) != cudaSuccess ||
                    cudaMemsetAsync(kp.gram, 0, sizeof(float) * w.gram, st) != cudaSuccess ||
-                   cudaMemsetAsync(kp.head_done, 0, sizeof(float) * w.heads, st) != cudaSuccess)) {
+                   cudaMemsetAsync(kp.head_done, 0, sizeof(float) * w.heads, st) != cudaSuccess ||
+                   (w.gram_q != 0 && cudaMemsetAsync(kp.gram_q, 0, sizeof(float) * w.gram_q, st) != cudaSuccess))) {
       return last_error("workspace memset");
     }
   }

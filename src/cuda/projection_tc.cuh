@@ -15,17 +15,33 @@ constexpr int kPostThreads = 256;
 constexpr int kGramKeys = 256;  // keys per CTA of the Gram kernel
 constexpr int kSuffixBlock = 64;
 
+// The rows a rank-8 basis is built for: K per kv head (thresh-lowrank), or Q per query head (kQ: the dK
+// compensation, FlashParams::dk_compensation_rank), with where their Gram matrix, basis and projections go.
+template <bool kQ>
+struct LowRankRows {
+  Strided x;
+  int n, heads;
+  float* gram;
+  float* u;
+  __nv_bfloat16* xu;
+  __device__ explicit LowRankRows(const KernelParams& p)
+      : x(kQ ? p.q : p.k), n(kQ ? p.Nq : p.Nk), heads(kQ ? p.H : p.Hkv), gram(kQ ? p.gram_q : p.gram),
+        u(kQ ? p.u_q : p.u), xu(kQ ? p.qu : p.ku) {}
+};
+
 // gram[b, hk] += K[chunk]^T K[chunk] on the tensor cores (BF16 K, FP32 accumulation: the products are exact);
 // grid (ceil(Nk / (64 kGramTiles)), Hkv, B), 4 warps. Key tiles of 64 are double-buffered with cp.async; warp w
 // accumulates the 16-row slices w, w + 4, ... of G with warp_atb (the backward's dK = dS^T Q form, T = B = K).
+// kQ: the same for Q per query head.
 constexpr int kGramTiles = 16;
-template <int D>
+template <int D, bool kQ = false>
 __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p) {
   constexpr int kSlices = D / 64;  // 16-row slices of G per warp
   __shared__ __align__(128) bf16_t sK[2 * kBwdBlock * D];
+  const LowRankRows<kQ> rows(p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int b = blockIdx.z, hk = blockIdx.y;
-  const int t0 = blockIdx.x * kGramTiles, ntiles = min(kGramTiles, (p.Nk + kBwdBlock - 1) / kBwdBlock - t0);
+  const int t0 = blockIdx.x * kGramTiles, ntiles = min(kGramTiles, (rows.n + kBwdBlock - 1) / kBwdBlock - t0);
   float acc[kSlices][D / 8][4];
 #pragma unroll
   for (int sl = 0; sl < kSlices; ++sl)
@@ -35,8 +51,8 @@ __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p)
       for (int e = 0; e < 4; ++e) acc[sl][n][e] = 0.0f;
   const auto load = [&](int t) {
     const int j0 = (t0 + t) * kBwdBlock;
-    load_tile_async<kBwdBlock, D, kBwdThreads>(sK + (t & 1) * kBwdBlock * D, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, j0,
-                                                min(kBwdBlock, p.Nk - j0), hk);  // rows past Nk are zero
+    load_tile_async<kBwdBlock, D, kBwdThreads>(sK + (t & 1) * kBwdBlock * D, rows.x.data, rows.x.s0, rows.x.s1,
+                                                rows.x.s2, b, j0, min(kBwdBlock, rows.n - j0), hk);  // zeros past n
   };
   load(0);
   cp_async_commit();
@@ -50,7 +66,7 @@ __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p)
     for (int sl = 0; sl < kSlices; ++sl) warp_atb<D, D>(acc[sl], kt, kt, (warp + 4 * sl) * 16, lane);
     __syncthreads();
   }
-  float* gram = p.gram + (static_cast<int64_t>(b) * p.Hkv + hk) * D * D;
+  float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * D * D;
 #pragma unroll
   for (int sl = 0; sl < kSlices; ++sl)
 #pragma unroll
@@ -121,17 +137,18 @@ constexpr size_t eig_smem_bytes() {
   return sizeof(float) * (D * D + 2 * D * kLowRank);
 }
 
-// u[b, hk] = top-8 eigenvectors of gram[b, hk] by kSubspaceIters steps of subspace iteration; grid (Hkv, B).
-// Y = G X: thread a (< D) forms row a of Y, all 8 columns, reading G[e][a] (G is symmetric: consecutive lanes,
-// consecutive words) and row e of X as two 16-byte broadcasts.
-template <int D>
+// u[b, hk] = top-8 eigenvectors of gram[b, hk] by kSubspaceIters steps of subspace iteration; grid (Hkv, B)
+// (kQ: (H, B), the queries' basis). Y = G X: thread a (< D) forms row a of Y, all 8 columns, reading G[e][a]
+// (G is symmetric: consecutive lanes, consecutive words) and row e of X as two 16-byte broadcasts.
+template <int D, bool kQ = false>
 __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p) {
   extern __shared__ float smem_f[];
   float* G = smem_f;            // [D][D]
   float* X = G + D * D;         // [8][D] (orthonormalise_columns)
   float* Y = X + D * kLowRank;  // [D][8]
+  const LowRankRows<kQ> rows(p);
   const int b = blockIdx.y, hk = blockIdx.x;
-  const float* gram = p.gram + (static_cast<int64_t>(b) * p.Hkv + hk) * D * D;
+  const float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * D * D;
   for (int x = threadIdx.x; x < D * D; x += kPostThreads) G[x] = gram[x];
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = start_value(x % D, x / D);
   __syncthreads();
@@ -161,21 +178,23 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
     orthonormalise_columns<D>(X);
     __syncthreads();
   }
-  float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+  float* u = rows.u + (static_cast<int64_t>(b) * rows.heads + hk) * D * kLowRank;
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) u[x] = X[(x % kLowRank) * D + x / kLowRank];
 }
 
 // ku[b, hk, j] = bf16(K_j U): a tile of 64 keys staged in shared memory (16-byte loads), two threads per key
-// with 4 of the 8 columns each; grid (ceil(Nk / 64), Hkv, B), 128 threads.
-template <int D>
+// with 4 of the 8 columns each; grid (ceil(Nk / 64), Hkv, B), 128 threads (kQ: qu = bf16(Q U_q), grid
+// (ceil(Nq / 64), H, B)).
+template <int D, bool kQ = false>
 __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   __shared__ __align__(128) bf16_t sK[kBwdBlock * D];
   __shared__ float su[D * kLowRank];
+  const LowRankRows<kQ> rows(p);
   const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBwdBlock;
-  const int count = min(kBwdBlock, p.Nk - j0);
-  load_tile_async<kBwdBlock, D, kBwdThreads>(sK, p.k.data, p.k.s0, p.k.s1, p.k.s2, b, j0, count, hk);
+  const int count = min(kBwdBlock, rows.n - j0);
+  load_tile_async<kBwdBlock, D, kBwdThreads>(sK, rows.x.data, rows.x.s0, rows.x.s1, rows.x.s2, b, j0, count, hk);
   cp_async_commit();
-  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+  const float* u = rows.u + (static_cast<int64_t>(b) * rows.heads + hk) * D * kLowRank;
   for (int x = threadIdx.x; x < D * kLowRank; x += kBwdThreads) su[x] = u[x];
   cp_async_wait<0>();
   __syncthreads();
@@ -188,7 +207,7 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[c] = fmaf(x, su[a * kLowRank + c0 + c], acc[c]);
   }
-  store_bf16_vec<4>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j0 + r) * kLowRank + c0, acc);
+  store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
 }
 
 // The dQ correction of row i (one warp), for thresh_dq_kernel; adds rest_i Q_i to the lane's columns of `part`.

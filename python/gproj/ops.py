@@ -9,16 +9,17 @@ from ._validate import check_attention_args
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
-             variant: str, fwdfix_max_shift: Optional[float] = None,
-             projection: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             variant: str, fwdfix_max_shift: Optional[float] = None, projection: Optional[str] = None,
+             dk_compensation_rank: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or (0,) when the backward does not read it,
-    lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16. projection is only checked here (the
-    backward uses it)."""
+    lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16. projection is only checked here and
+    dk_compensation_rank only carried (the backward uses both)."""
     check_attention_args(q, k, v, softmax_scale, variant, projection)
     return _C.forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift)
 
 
-def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None):
+def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,
+                  dk_compensation_rank=None):
     check_attention_args(q, k, v, softmax_scale, variant, projection)
     B, Nq, H, D = q.shape
     o_fp32_shape = (B, Nq, H, D) if _C.needs_o_fp32(variant) else (0,)
@@ -28,36 +29,42 @@ def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None
 
 def _backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
               o_fp32: torch.Tensor, lse: torch.Tensor, causal: bool, softmax_scale: Optional[float],
-              variant: str, projection: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              variant: str, projection: Optional[str] = None,
+              dk_compensation_rank: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what _forward returned."""
-    return _C.backward(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant, projection)
+    return _C.backward(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant, projection,
+                       dk_compensation_rank)
 
 
-def _backward_fake(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant, projection=None):
+def _backward_fake(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant, projection=None,
+                   dk_compensation_rank=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _save(ctx, inputs, outputs) -> None:
     q, k, v, causal, softmax_scale, variant = inputs[:6]  # fwdfix_max_shift acts in the forward only
     projection = inputs[7] if len(inputs) > 7 else None
+    dk_compensation_rank = inputs[8] if len(inputs) > 8 else None
     o, o_fp32, lse = outputs
     ctx.save_for_backward(q, k, v, o, o_fp32, lse)
-    ctx.args = (causal, softmax_scale, variant, projection)
+    ctx.args = (causal, softmax_scale, variant, projection, dk_compensation_rank)
 
 
 def _grads(ctx, dout, backward_op):
     q, k, v, o, o_fp32, lse = ctx.saved_tensors
     dq, dk, dv = backward_op(dout, q, k, v, o, o_fp32, lse, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 class _AttentionFunction(torch.autograd.Function):
     """The operator for torch < 2.4 (no torch.library.custom_op): eager autograd only, no torch.compile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None):
+    def forward(ctx, q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,
+                dk_compensation_rank=None):
         o, o_fp32, lse = _forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection)
-        _save(ctx, (q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection), (o, o_fp32, lse))
+        _save(ctx, (q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, dk_compensation_rank),
+              (o, o_fp32, lse))
         return o
 
     @staticmethod
@@ -83,7 +90,8 @@ if HAS_CUSTOM_OP:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, variant: str = "gproj",
-              fwdfix_max_shift: Optional[float] = None, projection: Optional[str] = None) -> torch.Tensor:
+              fwdfix_max_shift: Optional[float] = None, projection: Optional[str] = None,
+              dk_compensation_rank: Optional[int] = None) -> torch.Tensor:
     """Softmax attention of BF16 tensors laid out like flash_attn_func's, with gproj's rounding variants.
 
     q: (B, Nq, H, D), k, v: (B, Nk, Hkv, D) torch.bfloat16 on one device, H % Hkv == 0 (GQA), D a multiple of 8
@@ -95,13 +103,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     caps the lift of a tied block maximum (default 16, docs/numerics.md); float("inf") is the published rule,
     which underflows to NaN once a tied maximum passes ~87. projection (variant "gproj") picks GProj's
     projection by name (PROJECTIONS; default "thresh-lowrank", threshold 1/16; "pweighted" is the exact form, the
-    one the CUDA reference kernels for rows that are not 16-byte aligned implement).
+    one the CUDA reference kernels for rows that are not 16-byte aligned implement). dk_compensation_rank
+    (variant "gproj", experimental, default off): give dK back the BF16 rounding error of dS through the top-r
+    directions of the queries (docs/gproj-projection.md, "dK compensation"; CPU any r, CUDA r = 8 at D = 64).
     """
     scale = None if softmax_scale is None else float(softmax_scale)
     shift = None if fwdfix_max_shift is None else float(fwdfix_max_shift)
+    rank = None if dk_compensation_rank is None else int(dk_compensation_rank)
     if HAS_CUSTOM_OP and _needs_custom_op(q):
-        return attention_forward(q, k, v, bool(causal), scale, variant, shift, projection)[0]
-    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection)
+        return attention_forward(q, k, v, bool(causal), scale, variant, shift, projection, rank)[0]
+    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection, rank)
 
 
 def _needs_custom_op(q: torch.Tensor) -> bool:

@@ -215,8 +215,15 @@ Tensors3 forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tenso
 Tensors3 backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                   const at::Tensor& o_in, const at::Tensor& o_fp32_in, const at::Tensor& lse_in, bool causal,
                   std::optional<double> softmax_scale, const std::string& variant,
-                  const std::optional<std::string>& projection) {
-  const FlashParams p = params_of(causal, softmax_scale, variant, projection);
+                  const std::optional<std::string>& projection, std::optional<int64_t> dk_compensation_rank) {
+  FlashParams p = params_of(causal, softmax_scale, variant, projection);
+  if (dk_compensation_rank) {  // the core checks the range (0 <= r <= D) and the CUDA kernels what they run
+    if (*dk_compensation_rank < 0 || *dk_compensation_rank > 256) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "dk_compensation_rank must lie in [0, D], got " + std::to_string(*dk_compensation_rank));
+    }
+    p.dk_compensation_rank = static_cast<int>(*dk_compensation_rank);
+  }
   const at::Device device = q_in.device();
   const at::Tensor q = prepare<bf16>("q", q_in, device);
   const at::Tensor k = prepare<bf16>("k", k_in, device);
@@ -268,7 +275,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("fwdfix_max_shift") = py::none());
   m.def("backward", &backward, "dq, dk, dv", py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("o"), py::arg("o_fp32"), py::arg("lse"), py::arg("causal"), py::arg("softmax_scale"),
-        py::arg("variant"), py::arg("projection") = py::none());
+        py::arg("variant"), py::arg("projection") = py::none(), py::arg("dk_compensation_rank") = py::none());
   m.def(
       "projections",
       [] {

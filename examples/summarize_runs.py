@@ -1,6 +1,7 @@
 # The per-run table of the training experiment (issue 5, docs/experiment.md) from run folders: variant, seed,
 # steps, divergence ("none through N", the step, or the non-finite step), final train and validation loss, the
-# worst per-layer dQ error of any audit (with its layer and step), the largest logit seen, median tokens/s.
+# worst per-layer dQ and dK errors of any audit (with their layer and step), the largest logit seen, median
+# tokens/s.
 # Usage: python examples/summarize_runs.py RUN_DIR... [--out table.md]. Exercised by tests/python/test_train_gpt.py.
 import argparse
 import json
@@ -31,6 +32,7 @@ def summarize(run):
     if summary.get("stopped"):
         divergence += f" ({summary['stopped']})"
     worst = max(audits, key=lambda a: a["dq_err"], default=None)
+    worst_k = max(audits, key=lambda a: a["dk_err"], default=None)
     rates = [m["tokens_per_s"] for m in metrics[10:]] or [m["tokens_per_s"] for m in metrics]
     return {
         "run": os.path.basename(os.path.normpath(run)),
@@ -41,6 +43,7 @@ def summarize(run):
         "final_loss": summary.get("final_loss"),
         "final_val_loss": summary.get("final_val_loss"),
         "worst_dq": None if worst is None else (worst["dq_err"], worst["layer"], worst["step"]),
+        "worst_dk": None if worst_k is None else (worst_k["dk_err"], worst_k["layer"], worst_k["step"]),
         "max_logit": max((a["max_logit"] for a in audits if "max_logit" in a), default=None),
         "tokens_per_s": statistics.median(rates) if rates else None,
     }
@@ -50,13 +53,16 @@ def markdown(rows):
     def num(x, fmt):
         return "–" if x is None else format(x, fmt)
 
-    out = ["| run | variant | seed | divergence | final loss | val loss | worst dQ error (layer, step) | max logit | tokens/s |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    def worst(w):
+        return "–" if w is None else f"{100 * w[0]:.3f}% (L{w[1]}, {w[2]})"
+
+    out = ["| run | variant | seed | divergence | final loss | val loss | worst dQ error (layer, step) | "
+           "worst dK error (layer, step) | max logit | tokens/s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        worst = "–" if r["worst_dq"] is None else f"{100 * r['worst_dq'][0]:.3f}% (L{r['worst_dq'][1]}, {r['worst_dq'][2]})"
         out.append(f"| {r['run']} | {r['variant']} | {r['seed']} | {r['divergence']} | {num(r['final_loss'], '.4f')} | "
-                   f"{num(r['final_val_loss'], '.4f')} | {worst} | {num(r['max_logit'], '.1f')} | "
-                   f"{num(r['tokens_per_s'], ',.0f')} |")
+                   f"{num(r['final_val_loss'], '.4f')} | {worst(r['worst_dq'])} | {worst(r['worst_dk'])} | "
+                   f"{num(r['max_logit'], '.1f')} | {num(r['tokens_per_s'], ',.0f')} |")
     return "\n".join(out) + "\n"
 
 

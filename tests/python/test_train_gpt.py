@@ -249,6 +249,7 @@ def test_summarize_runs_reports_divergence_loss_and_worst_dq(tmp_path, capsys):
     assert row["divergence"] == "none through 4" and row["variant"] == "gproj-baseline" and row["seed"] == 0
     audits = [json.loads(line) for line in open(run / "audit.jsonl")]
     assert row["worst_dq"][0] == max(a["dq_err"] for a in audits)
+    assert row["worst_dk"][0] == max(a["dk_err"] for a in audits)
     summarize_runs.main([str(run), "--out", str(tmp_path / "t.md")])
     assert "| s | gproj-baseline | 0 | none through 4 |" in capsys.readouterr().out
     assert (tmp_path / "t.md").read_text().startswith("| run | variant |")

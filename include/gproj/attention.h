@@ -97,6 +97,7 @@ struct ForwardResult {
   Tensor<bf16> o;        // (B, Nq, H, D), F5 rounding
   Tensor<float> o_fp32;  // (B, Nq, H, D), acc / l before F5: the residual Projection::kDelta keeps
   Tensor<float> lse;     // (B, H, Nq), m + log(l); -inf for rows with no visible key
+  std::string kernels;   // CUDA: the kernels that ran (cuda::Status::kernels); CPU: "cpu emulator"
 };
 
 struct BackwardDiagnostics {
@@ -114,6 +115,7 @@ struct BackwardResult {
   Tensor<float> rowsum;      // (B, H, Nq): r_i before projection
   Tensor<float> rowsum_after;  // (B, H, Nq): row sums of the effective dS'
   BackwardDiagnostics diag;
+  std::string kernels;       // CUDA: the kernels that ran (cuda::Status::kernels); CPU: "cpu emulator"
 };
 
 // Forward. q: (B, Nq, H, D), k, v: (B, Nk, Hkv, D).

@@ -109,7 +109,8 @@ int run_check(const CheckOptions& o, std::FILE* out) {
         }
         report.rows.push_back({c.name, variant_name(p.variant), device_name(d), r.o, r.lse, r.dq, r.dk, r.dv,
                                r.bwd.diag.rowsum_max_before, r.bwd.diag.rowsum_max_after,
-                               r.bwd.diag.dk_colsum_ratio, r.seconds_forward + r.seconds_backward, ""});
+                               r.bwd.diag.dk_colsum_ratio, r.seconds_forward + r.seconds_backward, "",
+                               r.fwd.kernels == r.bwd.kernels ? r.fwd.kernels : r.fwd.kernels + "; " + r.bwd.kernels});
         if (log) fmt::print(log, " {} {:.1f}s", variant_name(p.variant), r.seconds_forward + r.seconds_backward);
         if (log) std::fflush(log);
       }

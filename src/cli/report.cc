@@ -111,6 +111,7 @@ nlohmann::json to_json(const CheckReport& r) {
                           {"dk_colsum_ratio", num(row.dk_colsum_ratio)},
                           {"seconds", row.seconds},
                           {"skipped", row.skipped.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.skipped)},
+                          {"kernels", row.kernels.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.kernels)},
                           {"violations", v}});
   }
   j["bounds"] = nlohmann::json::array();

@@ -24,6 +24,7 @@ struct CheckRow {
   double rowsum_max_before = 0, rowsum_max_after = 0, dk_colsum_ratio = 0;
   double seconds = 0;  // forward + backward of the variant
   std::string skipped;  // non-empty: the device cannot run this case (e.g. an unsupported D); no numbers
+  std::string kernels;  // what ran: "cpu emulator", or the CUDA kernels of the forward and the backward
 };
 
 // "--fail-above [variant:]metric=value,...": metric one of o, dq, dk, dv; a bound without a variant applies

@@ -207,6 +207,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
   r.diag.rowsum_max_before = before;
   r.diag.rowsum_max_after = after;
   r.diag.dk_colsum_ratio = column_sum_ratio(r.dk.view());
+  r.kernels = "cpu emulator";
   return r;
 }
 

@@ -124,6 +124,7 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
           }
         }
   }
+  r.kernels = "cpu emulator";
   return r;
 }
 

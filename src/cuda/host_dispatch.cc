@@ -20,8 +20,10 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(ErrorCode::kDevice, std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
-void check_status(const Status& s) {
+// Throws for a failed launch; returns the names of the kernels that ran.
+std::string check_status(const Status& s) {
   if (!s.ok) throw Error(s.code, "CUDA kernels: " + s.message);
+  return s.kernels;
 }
 
 class DeviceBuffer {
@@ -100,7 +102,7 @@ ForwardResult forward_from_host(const TensorView<const bf16>& q, const TensorVie
   dv.upload(contiguous(v));
   DeviceTensor lse;
   lse.data = dlse.get();
-  check_status(forward(p, dense4(dq.get(), q.shape), dense4(dk.get(), k.shape), dense4(dv.get(), v.shape),
+  r.kernels = check_status(forward(p, dense4(dq.get(), q.shape), dense4(dk.get(), k.shape), dense4(dv.get(), v.shape),
                        dense4(dout.get(), q.shape), lse, dense4(dof.get(), q.shape), nullptr));
   check_cuda(cudaDeviceSynchronize(), "forward");
   dout.download(r.o.values);
@@ -150,7 +152,7 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
   DeviceTensor tl, tof;
   tl.data = blse.get();
   tof.data = need_ofp32 ? bof.get() : nullptr;
-  check_status(backward(p, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape), dense4(bv.get(), v.shape),
+  r.kernels = check_status(backward(p, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape), dense4(bv.get(), v.shape),
                         dense4(bo.get(), o.shape), tof, tl, dense4(bdo.get(), dout.shape), dense4(bdq.get(), q.shape),
                         dense4(bdk.get(), k.shape), dense4(bdv.get(), v.shape), ws.get(), nullptr));
   check_cuda(cudaDeviceSynchronize(), "backward");

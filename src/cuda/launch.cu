@@ -403,6 +403,30 @@ DeviceInfo device_info() {
   return info;
 }
 
+namespace {
+
+// The kernels' names for Status::kernels (the audit records them beside its numbers).
+std::string forward_kernel_name(Variant v, bool tc, int wgmma) {
+  if (tc && wgmma != 0 && v != Variant::kFp32) return wgmma == 2 ? "forward v2.2 (wgmma, TMA)" : "forward v2.1 (wgmma)";
+  if (tc && v != Variant::kFp32) return "forward v1 (mma.sync)";
+  return "forward v0 (FP32 CUDA cores)";
+}
+
+std::string backward_kernel_name(const FlashParams& params, bool tc, int wg_version, bool dk_comp) {
+  std::string name;
+  if (wg_version == 3) name = "backward v3.2 (wgmma, TMA, dQ columns split)";
+  else if (wg_version == 2) name = "backward v3.1 (wgmma, TMA)";
+  else if (wg_version == 1) name = "backward v3.0 (wgmma)";
+  else if (params.variant != Variant::kFp32 && tc) name = params.cuda_backward_warps == 8 ? "backward v1 wide (mma.sync)" : "backward v1 (mma.sync)";
+  else name = "backward v0 (FP32 CUDA cores)";
+  if (params.variant == Variant::kGproj) name += std::string(", ") + projection_name(params.projection);
+  if (dk_comp) name += ", dK compensation";
+  if (params.deterministic) name += ", deterministic";
+  return name;
+}
+
+}  // namespace
+
 Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                const DeviceTensor& o, const DeviceTensor& lse, const DeviceTensor& o_fp32, void* stream) {
   for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v)})
@@ -434,18 +458,22 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
       break;
     }
   }
-  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
-                   : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
+  Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
+                       : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
+  if (s.ok) s.kernels = forward_kernel_name(p.params.variant, tc, wgmma);
+  return s;
 }
 
 size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }
 
 size_t backward_workspace_row_stride(const Problem& p) { return layout(p).row; }
 
-Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
-                const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse, const DeviceTensor& dout,
-                const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv, void* workspace,
-                void* stream) {
+namespace {
+
+Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                       const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse,
+                       const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
+                       const DeviceTensor& dv, void* workspace, void* stream, std::string* kernels) {
   for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v),
                    check_tensor("o", o), check_tensor("do", dout)})
     if (!s.ok) return s;
@@ -541,6 +569,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
       wg_version = 0;
     }
   }
+  *kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
       return fail(ErrorCode::kInvalidArgument, std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
@@ -600,6 +629,18 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   if (Status e = last_error("backward dQ postprocess"); !e.ok) return e;
   detail::bwd_postprocess_dkv_kernel<false><<<kgrid, kPost, 0, st>>>(kp);
   return last_error("backward dK/dV postprocess");
+}
+
+}  // namespace
+
+Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse, const DeviceTensor& dout,
+                const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv, void* workspace,
+                void* stream) {
+  std::string kernels;
+  Status s = backward_launch(p, q, k, v, o, o_fp32, lse, dout, dq, dk, dv, workspace, stream, &kernels);
+  if (s.ok) s.kernels = kernels;
+  return s;
 }
 
 }  // namespace gproj::cuda

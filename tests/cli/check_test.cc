@@ -91,6 +91,7 @@ TEST(Check, JsonRecordsProvenance) {
       EXPECT_TRUE(row.contains(key)) << key;
     }
     for (const char* e : {"o", "dq", "dk", "dv"}) EXPECT_TRUE(row.at("errors").at(e).is_number()) << e;
+    EXPECT_EQ(row.at("kernels"), "cpu emulator");  // on CUDA: the forward's and the backward's kernels
   }
   fs::remove_all(dir);
 }

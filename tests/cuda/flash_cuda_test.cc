@@ -333,6 +333,26 @@ TEST(Cuda, OddRowCountKeepsTheWorkspaceAligned) {
   }
 }
 
+// Auto mode picks the wgmma kernels where they apply and says so (cuda::Status::kernels, in the audit's JSON).
+TEST(Cuda, DefaultsNameTheKernelsThatRan) {
+  GPROJ_REQUIRE_GPU();
+  for (int D : {64, 128}) {
+    test::Case c{64, 64, 2, 2, D, true, 64, 64};
+    const AttentionState s = test::state_for(c, 3);
+    const FlashParams p = test::params_for(Variant::kGproj);
+    const ForwardResult f = attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), p);
+    const BackwardResult b = attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), f.o.view(),
+                                                f.o_fp32.view(), f.lse.view(), s.dout.view(), p);
+    EXPECT_EQ(f.kernels, "forward v2.2 (wgmma, TMA)") << D;
+    EXPECT_EQ(b.kernels, D == 128 ? "backward v3.2 (wgmma, TMA, dQ columns split), thresh-lowrank"
+                                  : "backward v3.1 (wgmma, TMA), thresh-lowrank")
+        << D;
+    const ForwardResult f32 = attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(),
+                                                test::params_for(Variant::kFp32));
+    EXPECT_EQ(f32.kernels, "forward v0 (FP32 CUDA cores)") << D;
+  }
+}
+
 TEST(Cuda, UnsupportedRequestsAreErrors) {
   GPROJ_REQUIRE_GPU();
   test::Case c{64, 64, 2, 2, 32, false, 64, 64};

@@ -14,6 +14,7 @@ struct Status {
   bool ok = true;
   ErrorCode code = ErrorCode::kInvalidArgument;  // when !ok: kShape, kInvalidArgument, kUnsupported or kDevice
   std::string message;  // what went wrong, naming the argument or the CUDA error
+  std::string kernels;  // when ok: which kernels ran, e.g. "backward v3.2 (wgmma, TMA), thresh-lowrank"
 };
 
 // A BF16 or FP32 tensor in device memory: (B, N, H, D) or (B, H, N) with element strides.

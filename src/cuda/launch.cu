@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <mutex>
 
 #include "cuda/flash_bwd.cuh"
 #include "cuda/flash_bwd_tc.cuh"
@@ -339,28 +341,77 @@ Workspace layout(const Problem& p) {
   return w;
 }
 
-// thresh-lowrank (docs/gproj-projection.md): pre-pass on K, the main kernel with the row lists and P (K U), the
-// dQ postprocess with the corrections, the suffix sums of the uniform dK part.
+// The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
+// rows onto it: Gram matrix, eigenvectors, bf16(X U). Reads only q or k; writes only its workspace regions.
+template <int D, bool kQ>
+Status lowrank_prepass(const KernelParams& k, cudaStream_t stream) {
+  const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
+  const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
+  Status s = launch(detail::gram_kernel<D, kQ>, dim3((tiles + detail::kGramTiles - 1) / detail::kGramTiles, heads, k.B),
+                    0, stream, k, kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
+  if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
+                       kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);
+  if (s.ok) s = launch(detail::ku_kernel<D, kQ>, dim3(tiles, heads, k.B), 0, stream, k,
+                       kQ ? "dK compensation Q U" : "thresh-lowrank K U", detail::kBwdThreads);
+  return s;
+}
+
+// Streams beside the caller's for the pre-passes, two per device, made on first use and kept: the pre-passes
+// overlap the delta preprocess (and each other). Forked from and joined back into the caller's stream with
+// events, so what the caller's stream sees afterwards is ordered as before (a CUDA graph capture follows the
+// fork). Null when a stream cannot be made: the pre-passes then run on the caller's stream.
+cudaStream_t side_stream(int which) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mutex;
+  static std::array<std::array<cudaStream_t, 2>, kMaxDevices> streams{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return nullptr;
+  const std::lock_guard<std::mutex> lock(mutex);
+  cudaStream_t& st = streams[device][which];
+  if (st == nullptr && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();  // clear it: the caller's stream takes the work instead
+    st = nullptr;
+  }
+  return st;
+}
+
+// Runs `work(stream)` on a side stream after everything already queued on `main`; *join (when not null on return)
+// is an event the caller makes `main` wait for before it reads the results (join_prepass).
+template <typename Work>
+Status fork_prepass(cudaStream_t main, int which, cudaEvent_t* join, Work work) {
+  *join = nullptr;
+  cudaStream_t side = side_stream(which);
+  cudaEvent_t fork = nullptr;
+  if (side == nullptr || cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    return work(main);  // no side stream: in order on the caller's
+  }
+  if (cudaEventRecord(fork, main) != cudaSuccess || cudaStreamWaitEvent(side, fork, 0) != cudaSuccess) {
+    cudaEventDestroy(fork);
+    return last_error("pre-pass fork");
+  }
+  cudaEventDestroy(fork);  // released once recorded work completes
+  Status s = work(side);
+  if (!s.ok) return s;
+  if (cudaEventCreateWithFlags(join, cudaEventDisableTiming) != cudaSuccess || cudaEventRecord(*join, side) != cudaSuccess) {
+    return last_error("pre-pass join");
+  }
+  return {};
+}
+
+Status join_prepass(cudaStream_t main, cudaEvent_t join) {
+  if (join == nullptr) return {};
+  const cudaError_t e = cudaStreamWaitEvent(main, join, 0);
+  cudaEventDestroy(join);
+  return e == cudaSuccess ? Status{} : last_error("pre-pass join");
+}
+
+// thresh-lowrank (docs/gproj-projection.md), after its pre-passes (lowrank_prepass): the main kernel with the row
+// lists and P (K U), the dQ postprocess with the corrections, the suffix sums of the uniform dK part.
 template <int D>
 Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaMaps* v31_maps, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
-  const int key_tiles = (k.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock;
-  Status s = launch(detail::gram_kernel<D>, dim3((key_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.Hkv, k.B),
-                    0, stream, k, "thresh-lowrank Gram matrix", detail::kBwdThreads);
-  if (s.ok) s = launch(detail::eig_kernel<D>, dim3(k.Hkv, k.B), detail::eig_smem_bytes<D>(), stream, k,
-                       "thresh-lowrank eigenvectors", threads);
-  if (s.ok) s = launch(detail::ku_kernel<D>, dim3(key_tiles, k.Hkv, k.B), 0, stream, k, "thresh-lowrank K U",
-                       detail::kBwdThreads);
-  if (s.ok && k.qu != nullptr) {  // dK compensation: the same pre-pass on Q, per query head
-    const int query_tiles = (k.Nq + detail::kBwdBlock - 1) / detail::kBwdBlock;
-    s = launch(detail::gram_kernel<D, true>, dim3((query_tiles + detail::kGramTiles - 1) / detail::kGramTiles, k.H, k.B),
-               0, stream, k, "dK compensation Gram matrix", detail::kBwdThreads);
-    if (s.ok) s = launch(detail::eig_kernel<D, true>, dim3(k.H, k.B), detail::eig_smem_bytes<D>(), stream, k,
-                         "dK compensation eigenvectors", threads);
-    if (s.ok) s = launch(detail::ku_kernel<D, true>, dim3(query_tiles, k.H, k.B), 0, stream, k, "dK compensation Q U",
-                         detail::kBwdThreads);
-  }
-  if (!s.ok) return s;
+  Status s;
   constexpr int blk = detail::kBwdBlock;
   if (v31_maps != nullptr) {  // v3.1 (the default where it applies) or v3.2
     s = backward_wgmma<D>(k, wg_version, true, *v31_maps, stream);
@@ -588,6 +639,27 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
       return last_error("workspace memset");
     }
   }
+  if (thresh && !tc) {
+    return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of "
+                                         "q, k, v, do; the reference kernels for other rows implement projection pweighted");
+  }
+  // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the delta preprocess.
+  cudaEvent_t join_k = nullptr, join_q = nullptr;
+  if (thresh) {
+    Status s = fork_prepass(st, 0, &join_k, [&](cudaStream_t ss) {
+      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss) : lowrank_prepass<128, false>(kp, ss);
+    });
+    if (s.ok && kp.qu != nullptr) {
+      s = fork_prepass(st, 1, &join_q, [&](cudaStream_t ss) {
+        return p.D == 64 ? lowrank_prepass<64, true>(kp, ss) : lowrank_prepass<128, true>(kp, ss);
+      });
+    }
+    if (!s.ok) {
+      join_prepass(st, join_k);
+      join_prepass(st, join_q);
+      return s;
+    }
+  }
   constexpr int kPost = 256;
   const int64_t rows = p.B * p.H * p.Nq;
   if (!fp32 && rows_aligned(o) && rows_aligned(dout)) {
@@ -597,16 +669,21 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   } else {
     detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   }
-  if (Status s = last_error("backward preprocess"); !s.ok) return s;
+  if (Status s = last_error("backward preprocess"); !s.ok) {
+    join_prepass(st, join_k);
+    join_prepass(st, join_q);
+    return s;
+  }
   const bool det = p.params.deterministic;
   // The postprocess kernels take 4 elements per thread.
   const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;
   const auto qgrid = static_cast<unsigned>((nq + kPost - 1) / kPost), kgrid = static_cast<unsigned>((nk + kPost - 1) / kPost);
   if (thresh) {
-    if (!tc) return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of q, k, v, do; "
-                                                 "the reference kernels for other rows implement projection pweighted");
     const detail::TmaMaps* v31 = wg_version >= 2 ? &maps : nullptr;
-    Status s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
+    Status s = join_prepass(st, join_k);
+    if (Status sq = join_prepass(st, join_q); s.ok) s = sq;
+    if (!s.ok) return s;
+    s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
     if (!s.ok) return s;
     detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
     return last_error("backward dK/dV postprocess");

@@ -177,18 +177,26 @@ Status forward_wg(const KernelParams& k, int version, const detail::TmaMaps& map
 template <int D>
 Status forward_variant(const KernelParams& k, Variant v, bool tc, int wgmma, const detail::TmaMaps& maps,
                        cudaStream_t stream) {
+  // Each branch names what it runs (Status::kernels: the audit records it).
+  const auto named = [](Status s, const char* kernels) {
+    if (s.ok) s.kernels = kernels;
+    return s;
+  };
   if (tc && wgmma != 0 && v != Variant::kFp32) {
-    return v == Variant::kBaseline ? forward_wg<D, false>(k, wgmma, maps, stream)
-                                   : forward_wg<D, true>(k, wgmma, maps, stream);
+    return named(v == Variant::kBaseline ? forward_wg<D, false>(k, wgmma, maps, stream)
+                                         : forward_wg<D, true>(k, wgmma, maps, stream),
+                 wgmma == 2 ? "forward v2.2 (wgmma, TMA)" : "forward v2.1 (wgmma)");
   }
   if (tc && v != Variant::kFp32) {
-    return v == Variant::kBaseline ? forward_tc<D, false>(k, stream) : forward_tc<D, true>(k, stream);
+    return named(v == Variant::kBaseline ? forward_tc<D, false>(k, stream) : forward_tc<D, true>(k, stream),
+                 "forward v1 (mma.sync)");
   }
+  constexpr const char* kV0 = "forward v0 (FP32 CUDA cores)";
   switch (v) {
-    case Variant::kFp32: return forward_d<D, false, false>(k, stream);
-    case Variant::kBaseline: return forward_d<D, true, false>(k, stream);
+    case Variant::kFp32: return named(forward_d<D, false, false>(k, stream), kV0);
+    case Variant::kBaseline: return named(forward_d<D, true, false>(k, stream), kV0);
     case Variant::kFwdfix:
-    case Variant::kGproj: return forward_d<D, true, true>(k, stream);
+    case Variant::kGproj: return named(forward_d<D, true, true>(k, stream), kV0);
   }
   return fail(ErrorCode::kInvalidArgument, "unknown variant");
 }
@@ -456,13 +464,8 @@ DeviceInfo device_info() {
 
 namespace {
 
-// The kernels' names for Status::kernels (the audit records them beside its numbers).
-std::string forward_kernel_name(Variant v, bool tc, int wgmma) {
-  if (tc && wgmma != 0 && v != Variant::kFp32) return wgmma == 2 ? "forward v2.2 (wgmma, TMA)" : "forward v2.1 (wgmma)";
-  if (tc && v != Variant::kFp32) return "forward v1 (mma.sync)";
-  return "forward v0 (FP32 CUDA cores)";
-}
-
+// The backward's kernels for Status::kernels (the audit records them beside its numbers), from the choices
+// backward_launch made.
 std::string backward_kernel_name(const FlashParams& params, bool tc, int wg_version, bool dk_comp) {
   std::string name;
   if (wg_version == 3) name = "backward v3.2 (wgmma, TMA, dQ columns split)";
@@ -509,10 +512,8 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
       break;
     }
   }
-  Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
-                       : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
-  if (s.ok) s.kernels = forward_kernel_name(p.params.variant, tc, wgmma);
-  return s;
+  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
+                   : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
 }
 
 size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }

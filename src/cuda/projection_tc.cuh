@@ -296,7 +296,6 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // also writes part[b, h, blk] = sum over its rows of rest_i Q_i (warp w adds rows w, w + 8, ..., then the
 // warps in order); without causal masking the last CTA of a head to finish (a counter per head, after a
 // fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum read then.
-constexpr int kThreshDqRows = kSuffixBlock;
 template <int D>
 __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelParams p) {
   constexpr int kWarps = kPostThreads / 32, kV = D / 32;
@@ -311,7 +310,7 @@ __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelPar
   float part[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = 0.0f;
-  for (int i = blockIdx.x * kThreshDqRows + warp; i < min(p.Nq, (blockIdx.x + 1) * kThreshDqRows); i += kWarps)
+  for (int i = blockIdx.x * kSuffixBlock + warp; i < min(p.Nq, (blockIdx.x + 1) * kSuffixBlock); i += kWarps)
     thresh_dq_row<D>(p, su, b, h, hk, i, lane, part);
 #pragma unroll
   for (int e = 0; e < kV; ++e) sp[warp * D + lane * kV + e] = part[e];

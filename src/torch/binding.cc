@@ -2,6 +2,7 @@
 // and calls the torch-free core. Exercised by tests/python/test_attention.py through python/gproj/ops.py.
 #include <torch/extension.h>
 
+#include <climits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -217,12 +218,12 @@ Tensors3 backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::T
                   std::optional<double> softmax_scale, const std::string& variant,
                   const std::optional<std::string>& projection, std::optional<int64_t> dk_compensation_rank) {
   FlashParams p = params_of(causal, softmax_scale, variant, projection);
-  if (dk_compensation_rank) {  // the core checks the range (0 <= r <= D) and the CUDA kernels what they run
-    if (*dk_compensation_rank < 0 || *dk_compensation_rank > 256) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "dk_compensation_rank must lie in [0, D], got " + std::to_string(*dk_compensation_rank));
+  if (dk_compensation_rank) {  // the core checks 0 <= r <= D (resolve_scale) and the CUDA kernels what they run
+    const int64_t r = *dk_compensation_rank;
+    if (r < INT_MIN || r > INT_MAX) {
+      throw Error(ErrorCode::kInvalidArgument, "dk_compensation_rank must lie in [0, D], got " + std::to_string(r));
     }
-    p.dk_compensation_rank = static_cast<int>(*dk_compensation_rank);
+    p.dk_compensation_rank = static_cast<int>(r);
   }
   const at::Device device = q_in.device();
   const at::Tensor q = prepare<bf16>("q", q_in, device);

@@ -13,8 +13,14 @@ start=$SECONDS
 bash scripts/setup.sh python3-dev python3-venv
 
 [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "$torch_spec" "numpy>=1.26,<3" "pytest>=8,<10" "matplotlib>=3.7" \
-  "setuptools>=70"
+# torch from PyPI brings its CUDA libraries: about 5 GB installed, plus the wheels while pip unpacks them. No
+# wheel cache (it would double that); on failure, how much space there was, since pip's own message is an OSError.
+if ! "$venv/bin/python" -m pip install -q --no-cache-dir --disable-pip-version-check "$torch_spec" "numpy>=1.26,<3" \
+  "pytest>=8,<10" "matplotlib>=3.7" "setuptools>=70"; then
+  echo "python_test: pip could not install $torch_spec and the test packages into $venv;" \
+    "$(df -Ph build | awk 'NR == 2 {print $4}') free there (torch needs about 8 GB while it installs)" >&2
+  exit 1
+fi
 installed=$SECONDS
 
 mkdir -p build/python

@@ -51,7 +51,7 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   const int64_t nqb = (d.Nq + Bq - 1) / Bq;
 
   ForwardResult r{Tensor<bf16>({d.B, d.Nq, d.H, d.D}), Tensor<float>({d.B, d.Nq, d.H, d.D}),
-                  Tensor<float>({d.B, d.H, d.Nq})};
+                  Tensor<float>({d.B, d.H, d.Nq}), {}};
   auto to_f = [](bf16 x) { return x.to_float(); };
 
   // K and V of every (b, kv head) widened to FP32 once, shared by all query blocks: (B * Hkv) x (Nk, D).

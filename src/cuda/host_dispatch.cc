@@ -94,7 +94,7 @@ ForwardResult forward_from_host(const TensorView<const bf16>& q, const TensorVie
   if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}});
   const Problem p = problem_of(d, params);
   ForwardResult r{Tensor<bf16>({d.B, d.Nq, d.H, d.D}), Tensor<float>({d.B, d.Nq, d.H, d.D}),
-                  Tensor<float>({d.B, d.H, d.Nq})};
+                  Tensor<float>({d.B, d.H, d.Nq}), {}};
   DeviceBuffer dq(q.numel() * 2), dk(k.numel() * 2), dv(v.numel() * 2), dout(r.o.values.size() * 2),
       dof(r.o_fp32.values.size() * 4), dlse(r.lse.values.size() * 4);
   dq.upload(contiguous(q));

@@ -231,7 +231,9 @@ TEST(Cuda, DkCompensationAsAccurateAsTheCpu) {
                 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro, 100 * cpu.dk.rel_fro);
     EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << name;
     EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << name;
-    if (name == "training layer 1") EXPECT_LE(gpu.dk.rel_fro, 0.003) << name;
+    if (name == "training layer 1") {
+      EXPECT_LE(gpu.dk.rel_fro, 0.003) << name;
+    }
   }
 }
 

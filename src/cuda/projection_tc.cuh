@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
 template <int D, bool kQ = false>
 __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   __shared__ __align__(128) bf16_t sK[kBwdBlock * D];
-  __shared__ float su[D * kLowRank];
+  __shared__ __align__(16) float su[D * kLowRank];
   const LowRankRows<kQ> rows(p);
   const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBwdBlock;
   const int count = min(kBwdBlock, rows.n - j0);
@@ -201,91 +201,151 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   const int r = threadIdx.x >> 1, c0 = (threadIdx.x & 1) * 4;
   if (r >= count) return;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-  for (int a = 0; a < D; ++a) {
-    const float x = __bfloat162float(sK[swz<D>(r, a / 8) + a % 8]);
+  // Eight elements of the key per 16-byte load, four columns of U per 16-byte (broadcast) load: shared memory
+  // served 40 loads per 32 FMAs when each was read alone. Per column the same FMAs in the same order.
+#pragma unroll 4
+  for (int ch = 0; ch < D / 8; ++ch) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(sK + swz<D>(r, ch));
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[c] = fmaf(x, su[a * kLowRank + c0 + c], acc[c]);
+    for (int e = 0; e < 8; ++e) {
+      const float x = (e & 1) ? bf16_hi(w[e / 2]) : bf16_lo(w[e / 2]);
+      const float4 uu = *reinterpret_cast<const float4*>(su + (ch * 8 + e) * kLowRank + c0);
+      acc[0] = fmaf(x, uu.x, acc[0]);
+      acc[1] = fmaf(x, uu.y, acc[1]);
+      acc[2] = fmaf(x, uu.z, acc[2]);
+      acc[3] = fmaf(x, uu.w, acc[3]);
+    }
   }
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
 }
 
-// The dQ correction of row i (one warp), for thresh_dq_kernel; adds rest_i Q_i to the lane's columns of `part`.
+// What the dQ correction of one row reads before any of its arithmetic (thresh_dq_row): every value that depends
+// on the row alone, issued together so that a row waits for one memory latency instead of one per use. Lanes
+// past the list's count hold j = 0, p = 0 once `cnt` is known (the slots past it were never written).
+template <int D>
+struct ThreshRowLoads {
+  static constexpr int kV = D / 32;
+  float s, rsum, pku;  // s_i, r_i, P (K U)_u of lane u (< 8)
+  int cnt, jt;         // the list's length; this lane's entry (lane < cnt)
+  float pt;
+  float dq[kV], q[kV];  // the lane's kV columns of dQacc and of Q_i
+};
+
+template <int D>
+__device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams& p, int b, int h, int i, int lane) {
+  constexpr int kV = D / 32;
+  const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
+  const int d0 = lane * kV;
+  ThreshRowLoads<D> x;
+  x.s = p.psum[row];
+  x.rsum = p.rowsum[row];
+  x.pku = p.pku[row * kLowRank + (lane & (kLowRank - 1))];
+  x.cnt = min(p.list_count[row], p.list_cap);
+  x.jt = 0;
+  x.pt = 0.0f;
+  if (lane < p.list_cap) {  // all slots at once; the count decides below which are real
+    x.jt = p.list_j[row * p.list_cap + lane];
+    x.pt = p.list_p[row * p.list_cap + lane];
+  }
+  if constexpr (kV == 4) {
+    const float4 a = *reinterpret_cast<const float4*>(p.dq_acc + row * D + d0);
+    x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
+  } else {
+    const float2 a = *reinterpret_cast<const float2*>(p.dq_acc + row * D + d0);
+    x.dq[0] = a.x, x.dq[1] = a.y;
+  }
+  load_bf16_vec<kV>(p.q, b, i, h, d0, x.q);
+  return x;
+}
+
+// The dQ correction of row i (one warp), for thresh_dq_kernel, from its loads `x` (thresh_row_loads); adds
+// rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U are the second (and last) round
+// of loads; then only arithmetic, the dQ store and the dK atomics.
 template <int D>
 __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, int b, int h, int hk, int i,
-                                              int lane, float (&part)[D / 32]) {
+                                              int lane, ThreshRowLoads<D> x, float (&part)[D / 32]) {
+  constexpr int kV = D / 32, kCap = 32;  // list_cap <= 32 (launch.cu): one slot per lane
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  const float s = p.psum[row];
-  const float c = s > 0.0f ? p.rowsum[row] / s : 0.0f;
-  const int cnt = min(p.list_count[row], p.list_cap);
-  int jt = 0;
-  float pt = 0.0f;
-  if (lane < cnt) {
-    jt = p.list_j[row * p.list_cap + lane];
-    pt = p.list_p[row * p.list_cap + lane];
+  const int d0 = lane * kV;
+  const float s = x.s;
+  const float c = s > 0.0f ? x.rsum / s : 0.0f;
+  const int cnt = x.cnt;
+  if (lane >= cnt) {
+    x.jt = 0;
+    x.pt = 0.0f;
   }
-  const __nv_bfloat16* ku = p.ku + (static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk * kLowRank;
+  const int jt = x.jt;
+  const float pt = x.pt;
+  // Second round: this lane's entry's bf16(K U) (one 16-byte load) and, for every entry, the lane's columns of K_j.
+  float kuv[kLowRank];
+  {
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (lane < cnt) raw = *reinterpret_cast<const uint4*>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + jt) * kLowRank);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int v = 0; v < kLowRank / 2; ++v) {
+      kuv[2 * v] = bf16_lo(w[v]);
+      kuv[2 * v + 1] = bf16_hi(w[v]);
+    }
+  }
+  float acc[kV], back[kV];
+#pragma unroll
+  for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
+  // Four entries' K rows in flight at a time; per element the same FMAs in list order as one at a time.
+  for (int t0 = 0; t0 < cnt; t0 += 4) {
+    float kv[4][kV];
+    int jj[4];
+    float pj[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      jj[u] = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1));
+      pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1));
+      if (t0 + u < cnt) load_bf16_vec<kV>(p.k, b, jj[u], hk, d0, kv[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (t0 + u < cnt) {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) acc[e] = fmaf(pj[u], kv[u][e], acc[e]);
+      }
+  }
   float tail[kLowRank];
-  const float pku = p.pku[row * kLowRank + (lane & (kLowRank - 1))];  // lane u < 8 holds P (K U)_u
 #pragma unroll
   for (int v = 0; v < kLowRank; ++v) {
-    float x = 0.0f;
+    float y = 0.0f;
     if (cnt > 0) {  // the listed entries' own share of P (K U)
-      x = lane < cnt ? pt * __bfloat162float(ku[static_cast<int64_t>(jt) * kLowRank + v]) : 0.0f;
-      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      y = lane < cnt ? pt * kuv[v] : 0.0f;
+      for (int o = 16; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
     }
-    tail[v] = __shfl_sync(0xffffffffu, pku, v) - x;
+    tail[v] = __shfl_sync(0xffffffffu, x.pku, v) - y;
   }
   float mass = pt;
   for (int o = 16; o > 0; o >>= 1) mass += __shfl_xor_sync(0xffffffffu, mass, o);
   const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
   const int n_rest = n_vis - cnt;
   const float rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
-  if (lane == 0) p.rest[row] = rest;
-  // Lane owns kV consecutive columns d0.. (one vector access each: loads, the dQ store and the dK atomics);
-  // per element the same operations in the same order as one column at a time.
-  constexpr int kV = D / 32;
-  const int d0 = lane * kV;
-  float acc[kV], back[kV];
-#pragma unroll
-  for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
-  for (int t = 0; t < cnt; ++t) {
-    const int j = __shfl_sync(0xffffffffu, jt, t);
-    const float pj = __shfl_sync(0xffffffffu, pt, t);
-    float kv[kV];
-    load_bf16_vec<kV>(p.k, b, j, hk, d0, kv);
-#pragma unroll
-    for (int e = 0; e < kV; ++e) acc[e] = fmaf(pj, kv[e], acc[e]);
-  }
+  // Lane owns kV consecutive columns d0.. (one vector access each: the dQ store and the dK atomics); per element
+  // the same operations in the same order as one column at a time.
 #pragma unroll
   for (int v = 0; v < kLowRank; ++v)
 #pragma unroll
     for (int e = 0; e < kV; ++e) back[e] = fmaf(tail[v], su[v * D + d0 + e], back[e]);
   float xs[kV];
-  if constexpr (kV == 4) {
-    const float4 a = *reinterpret_cast<const float4*>(p.dq_acc + row * D + d0);
-    xs[0] = a.x, xs[1] = a.y, xs[2] = a.z, xs[3] = a.w;
-  } else {
-    const float2 a = *reinterpret_cast<const float2*>(p.dq_acc + row * D + d0);
-    xs[0] = a.x, xs[1] = a.y;
-  }
 #pragma unroll
-  for (int e = 0; e < kV; ++e) xs[e] = p.scale * (xs[e] - c * (acc[e] + back[e]));
+  for (int e = 0; e < kV; ++e) xs[e] = p.scale * (x.dq[e] - c * (acc[e] + back[e]));
   store_bf16_vec<kV>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0, xs);
-  float qd[kV];
-  load_bf16_vec<kV>(p.q, b, i, h, d0, qd);
+  if (lane == 0) p.rest[row] = rest;
 #pragma unroll
-  for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qd[e], part[e]);
-  if (cnt > 0) {
-    for (int t = 0; t < cnt; ++t) {
-      const int j = __shfl_sync(0xffffffffu, jt, t);
-      const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
-      float* dst = p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0;
-      if constexpr (kV == 4) {
-        atomicAdd(reinterpret_cast<float4*>(dst), make_float4(-w * qd[0], -w * qd[1], -w * qd[2], -w * qd[3]));
-      } else {
-        atomicAdd(reinterpret_cast<float2*>(dst), make_float2(-w * qd[0], -w * qd[1]));
-      }
+  for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, x.q[e], part[e]);
+  for (int t = 0; t < cnt; ++t) {
+    const int j = __shfl_sync(0xffffffffu, jt, t);
+    const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
+    float* dst = p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0;
+    if constexpr (kV == 4) {
+      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(-w * x.q[0], -w * x.q[1], -w * x.q[2], -w * x.q[3]));
+    } else {
+      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(-w * x.q[0], -w * x.q[1]));
     }
   }
 }
@@ -297,7 +357,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // warps in order); without causal masking the last CTA of a head to finish (a counter per head, after a
 // fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum read then.
 template <int D>
-__global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
   constexpr int kWarps = kPostThreads / 32, kV = D / 32;
   __shared__ float su[kLowRank * D];
   __shared__ float sp[kWarps * D];
@@ -310,8 +370,17 @@ __global__ void __launch_bounds__(kPostThreads) thresh_dq_kernel(const KernelPar
   float part[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = 0.0f;
-  for (int i = blockIdx.x * kSuffixBlock + warp; i < min(p.Nq, (blockIdx.x + 1) * kSuffixBlock); i += kWarps)
-    thresh_dq_row<D>(p, su, b, h, hk, i, lane, part);
+  // The warp's rows warp, warp + 8, ..: the next row's loads are issued before this row's arithmetic.
+  const int i_end = min(p.Nq, (blockIdx.x + 1) * kSuffixBlock);
+  int i = blockIdx.x * kSuffixBlock + warp;
+  if (i < i_end) {
+    ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
+    for (; i < i_end; i += kWarps) {
+      const ThreshRowLoads<D> next = i + kWarps < i_end ? thresh_row_loads<D>(p, b, h, i + kWarps, lane) : cur;
+      thresh_dq_row<D>(p, su, b, h, hk, i, lane, cur, part);
+      cur = next;
+    }
+  }
 #pragma unroll
   for (int e = 0; e < kV; ++e) sp[warp * D + lane * kV + e] = part[e];
   __syncthreads();
@@ -344,10 +413,29 @@ __global__ void suffix_kernel(const KernelParams p) {
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   float run = 0.0f;
   for (int later = gridDim.x - 1; later > blk; --later) run += p.part[(bh * gridDim.x + later) * D + d];
+  // Sixteen rows' rest_i and Q_i[d] are loaded together (independent loads, in flight at once: in a loop that
+  // stores as it goes, each load would wait behind the previous row's store), then the running sum over them, as
+  // before from the last row up.
+  constexpr int kChunk = 16;
+  static_assert(kSuffixBlock % kChunk == 0, "whole chunks per block");
   const int i0 = blk * kSuffixBlock, i1 = min(p.Nq, i0 + kSuffixBlock);
-  for (int i = i1 - 1; i >= i0; --i) {
-    run = fmaf(p.rest[bh * p.Nq + i], load_bf16(p.q, b, i, h, d), run);
-    p.suffix[(bh * p.Nq + i) * D + d] = run;
+  for (int c0 = i0 + kSuffixBlock - kChunk; c0 >= i0; c0 -= kChunk) {
+    float rv[kChunk], qv[kChunk];
+#pragma unroll
+    for (int x = 0; x < kChunk; ++x) {
+      rv[x] = qv[x] = 0.0f;
+      if (c0 + x < i1) {
+        rv[x] = p.rest[bh * p.Nq + c0 + x];
+        qv[x] = load_bf16(p.q, b, c0 + x, h, d);
+      }
+    }
+#pragma unroll
+    for (int x = kChunk - 1; x >= 0; --x) {
+      if (c0 + x < i1) {
+        run = fmaf(rv[x], qv[x], run);
+        p.suffix[(bh * p.Nq + c0 + x) * D + d] = run;
+      }
+    }
   }
 }
 

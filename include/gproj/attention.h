@@ -52,7 +52,8 @@ struct FlashParams {
   // docs/gproj-projection.md; the CUDA deterministic mode and rows that are not 16-byte aligned (the v0 kernels)
   // implement pweighted only and say so.
   Projection projection = Projection::kThreshLowRank;
-  int lowrank_rank = 8;                // r of Projection::kLowRank
+  int lowrank_rank = 6;                // r of the low-rank projections' tail (kLowRank, kTopKLowRank,
+                                       // kThreshLowRank; CUDA: 6, docs/gproj-projection.md)
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
   int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
   int dk_compensation_rank = 0;        // Variant::kGproj (experimental, off by default): dK gets back the BF16

@@ -11,7 +11,7 @@ namespace gproj {
 struct StudyOptions {
   std::vector<std::string> states;  // state files; empty -> synthetic cases only
   bool synthetic = true;            // add the seeded synthetic cases
-  int lowrank_rank = 8;
+  int lowrank_rank = 6;
   std::vector<int> topk{1, 2, 4, 8};  // the k values of the top-k projection to compare
   int block = 64;                   // block_q = block_k
 };

@@ -91,6 +91,19 @@ void top_eigenvectors(const std::vector<double>& G, int n, int r, std::vector<do
   }
 }
 
+// The GPU's basis for the tail of thresh-lowrank and topk-lowrank: the subspace iteration runs on at least
+// kBasisVectors columns (the GPU pre-pass iterates 8) and the tail uses the first r. Iterating more columns than
+// are kept makes the kept ones converge faster; the columns of a rank-r iteration are not the first r of it.
+constexpr int kBasisVectors = 8;
+void tail_basis(const std::vector<double>& G, int n, int r, std::vector<float>& U) {
+  const int iterated = std::min(n, std::max(r, kBasisVectors));
+  std::vector<double> X;
+  top_eigenvectors(G, n, iterated, X);
+  U.resize(static_cast<size_t>(n) * r);
+  for (int a = 0; a < n; ++a)
+    for (int c = 0; c < r; ++c) U[a * r + c] = static_cast<float>(X[a * iterated + c]);
+}
+
 }  // namespace
 
 RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm)
@@ -120,8 +133,7 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
       for (int a = 0; a < D; ++a)
         for (int c = 0; c < rank_; ++c) U_[a * rank_ + c] = static_cast<float>(V[a * D + c]);
     } else {  // topk-lowrank, the GPU form: subspace iteration, and K U rounded to BF16 (a tensor-core operand)
-      top_eigenvectors(gram, D, rank_, V);
-      U_.assign(V.begin(), V.end());
+      tail_basis(gram, D, rank_, U_);
     }
     KU_.assign(static_cast<size_t>(h_.Nk) * rank_, 0.0f);
     gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);

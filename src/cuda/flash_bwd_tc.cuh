@@ -14,7 +14,14 @@ namespace gproj::cuda::detail {
 constexpr int kBwdBlock = 64;   // keys per CTA and query rows per step
 constexpr int kBwdThreads = 128;
 
-constexpr int kLowRank = 8;  // r of the thresh-lowrank projection's tail on the GPU (one n = 8 MMA column tile)
+// thresh-lowrank's basis on the GPU: kLowRank = 8 columns iterated (U, and K U stored 8 wide: one n = 8 MMA column
+// tile, 16 bytes per key), of which the tail uses the first kTailRank; the main kernels leave K U's last two
+// columns zero and put s_i and r_i there instead, so one row's statistics (P (K U), s_i, r_i) are one 32-byte
+// record, `pku`, added with one 8-byte atomic per lane (docs/gproj-projection.md, "rank 6").
+constexpr int kLowRank = 8;
+constexpr int kTailRank = 6;
+constexpr int kStatS = kTailRank, kStatR = kTailRank + 1;  // the record's columns of s_i and r_i
+static_assert(kStatR == kLowRank - 1, "P (K U), s_i and r_i fill one n = 8 column tile");
 
 template <int D>
 constexpr size_t bwd_tc_smem_bytes() {
@@ -155,12 +162,17 @@ __device__ __forceinline__ void store_p_ds(const float (&s)[8][4], const float (
   }
 }
 
-// Sums a quad's partial row statistics and adds them to r_i, s_i of rows row_a and row_a + 8 (FP32 atomics).
-__device__ __forceinline__ void add_row_stats(const KernelParams& p, int64_t bh, int row_a, int tq, float (&sums)[4]) {
+// Sums a quad's partial row statistics: every lane of the quad ends with the totals.
+__device__ __forceinline__ void reduce_row_stats(float (&sums)[4]) {
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1)
 #pragma unroll
     for (int v = 0; v < 4; ++v) sums[v] += __shfl_xor_sync(0xffffffffu, sums[v], o);
+}
+
+// Sums a quad's partial row statistics and adds them to r_i, s_i of rows row_a and row_a + 8 (FP32 atomics).
+__device__ __forceinline__ void add_row_stats(const KernelParams& p, int64_t bh, int row_a, int tq, float (&sums)[4]) {
+  reduce_row_stats(sums);
   if (tq == 0 && row_a < p.Nq) {
     atomicAdd(&p.rowsum[bh * p.Nq + row_a], sums[0]);
     atomicAdd(&p.psum[bh * p.Nq + row_a], sums[2]);
@@ -297,7 +309,11 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
     if (kThresh && __any_sync(0xffffffffu, hit)) {
       if (hit) append_large_entries({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP, bh, r0 + g, row_a, j0, tq);
     }
-    if (stats) add_row_stats(p, bh, row_a, tq, sums);
+    if (kThresh) {
+      reduce_row_stats(sums);  // s_i, r_i go into the pku record with P (K U) below
+    } else if (stats) {
+      add_row_stats(p, bh, row_a, tq, sums);
+    }
     __syncthreads();
     warp_atb<D>(dv, sP, ot, kw, lane);   // dV += bf16(P)^T dO
     warp_atb<D>(dk, sdS, qt, kw, lane);  // dK += bf16(dS)^T Q
@@ -316,6 +332,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
           ldsm_x4_t(bf, smem_u32(sKU + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8 + (lane >> 4) * 16) * kLowRank));
           mma16816(u, pf[kc], bf[0], bf[1]);
           mma16816(u, pf[kc + 1], bf[2], bf[3]);
+        }
+        if (tq == 3) {  // columns kStatS, kStatR (K U's are zero there): s_i and r_i of rows row_a, row_b
+          u[0] += sums[2], u[1] += sums[0];
+          u[2] += sums[3], u[3] += sums[1];
         }
         if (row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, u[0], u[1]);
         if (row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, u[2], u[3]);

@@ -28,8 +28,9 @@ template <bool kTma>
 constexpr int kBwdWgStages = kTma ? 3 : 2;
 
 // thresh-lowrank's extra tiles (kThresh): bf16(P) like bf16(dS), and the B operands of the 64 x 16 product that
-// gives P (K U) (columns 0-7), s_i (column 8) and r_i (column 9): per warpgroup [16][64 keys] = ((K U)^T; ones;
-// zeros) against bf16(P), and one shared [16][64] = (zeros; ones in row 9; zeros) against bf16(dS).
+// gives the row's statistics record in its first 8 columns: P (K U) (columns 0 to kTailRank - 1), s_i (kStatS)
+// and r_i (kStatR); per warpgroup [16][64 keys] = ((K U)^T rows 0-5; ones; zeros) against bf16(P), and one
+// shared [16][64] = (zeros; ones in row kStatR; zeros) against bf16(dS). Columns 8-15 stay zero.
 constexpr int kWgStatCols = 16;
 
 // v3.2 (kSplitDq, D = 128): each warpgroup forms half of dQ's columns over all 128 keys, from both bf16(dS)
@@ -182,10 +183,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       bf16_t* t = sUp + (jj / 64) * kWgStatCols * 64;
       const bf16_t one = __float2bfloat16_rn(1.0f), zero = __float2bfloat16_rn(0.0f);
 #pragma unroll
-      for (int r = 0; r < kWgStatCols; ++r) t[sw128_offset(r, c, kWgStatCols)] = r < kLowRank ? ku[r] : r == 8 ? one : zero;
+      for (int r = 0; r < kWgStatCols; ++r) t[sw128_offset(r, c, kWgStatCols)] = r < kTailRank ? ku[r] : r == kStatS ? one : zero;
       if (jj < 64) {
 #pragma unroll
-        for (int r = 0; r < kWgStatCols; ++r) sUd[sw128_offset(r, c, kWgStatCols)] = r == 9 ? one : zero;
+        for (int r = 0; r < kWgStatCols; ++r) sUd[sw128_offset(r, c, kWgStatCols)] = r == kStatR ? one : zero;
       }
     }
     if constexpr (kDkComp) {  // rows 8-15 of both warpgroups' (Q U_q)^T tiles stay zero
@@ -453,7 +454,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       float dqa[32];
 #pragma unroll
       for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
-      float st16[8];  // kThresh, first column block: (P (K U), s_i, r_i) of this warp's rows, m64n16 layout
+      float st16[8];  // kThresh, first column block: the statistics record of this warp's rows, m64n16 layout
       wg_fence();
       if (kThresh && qn == 0) {
 #pragma unroll
@@ -479,21 +480,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       fence_regs(dqa);
       if (kThresh && qn == 0) {
         fence_regs(st16);
-        // Columns 2 tq, 2 tq + 1 of P (K U) (n8 block 0); s_i, r_i in columns 8, 9 (block 1, tq = 0).
-        if (row_a < p.Nq) {
-          atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
-          if (tq == 0) {
-            atomicAdd(&p.psum[bh * p.Nq + row_a], st16[4]);
-            atomicAdd(&p.rowsum[bh * p.Nq + row_a], st16[5]);
-          }
-        }
-        if (row_b < p.Nq) {
-          atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
-          if (tq == 0) {
-            atomicAdd(&p.psum[bh * p.Nq + row_b], st16[6]);
-            atomicAdd(&p.rowsum[bh * p.Nq + row_b], st16[7]);
-          }
-        }
+        // Columns 2 tq, 2 tq + 1 of the record (n8 block 0): one 8-byte atomic per lane and row.
+        if (row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
+        if (row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
       }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {

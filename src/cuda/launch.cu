@@ -43,9 +43,9 @@ Status check_problem(const Problem& p) {
                                              "' is not implemented on CUDA (pweighted and thresh-lowrank are)");
   }
   if (proj == Projection::kThreshLowRank) {
-    if (p.params.lowrank_rank != detail::kLowRank) {
-      return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes rank " + std::to_string(detail::kLowRank) +
-                                               ", got " + std::to_string(p.params.lowrank_rank));
+    if (p.params.lowrank_rank != detail::kTailRank) {
+      return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes rank " + std::to_string(detail::kTailRank) +
+                                               " (lowrank_rank, the default), got " + std::to_string(p.params.lowrank_rank));
     }
     if (p.params.thresh_k < 1 || p.params.thresh_k > 32) {
       return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= thresh_k <= 32 (threshold 1/k), got " +

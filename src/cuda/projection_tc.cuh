@@ -1,6 +1,7 @@
 // The thresh-lowrank projection on the GPU (docs/gproj-projection.md), around flash_bwd_tc_kernel<..., kThresh>:
-// a pre-pass per kv head (Gram matrix of K, its top-8 eigenvectors U by subspace iteration as in
-// src/cpu/projection.cc, bf16(K U)), and a postprocess that applies the corrections once r_i and s_i are known:
+// a pre-pass per kv head (Gram matrix of K, 8 columns of subspace iteration towards its top eigenvectors U as
+// in src/cpu/projection.cc, of which the tail uses the first kTailRank = 6; bf16(K U)), and a postprocess that
+// applies the corrections once r_i and s_i are known:
 // dQ_i -= c_i (sum_list p K_j + (P K U - sum_list p K U_j)_i U^T), dK_j -= (c_i p - rest_i) Q_i for the listed
 // entries and dK_j -= sum_{i sees j} rest_i Q_i (a suffix sum over the rows) for the rest.
 // Exercised by tests/cuda/flash_cuda_test.cc (thresh-lowrank against the CPU emulator and the stress bars).
@@ -217,6 +218,10 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
       acc[3] = fmaf(x, uu.w, acc[3]);
     }
   }
+  if (!kQ && c0 + 4 > kTailRank) {  // K U's columns past the tail's rank are zero: the record's s_i, r_i go there
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[c] = c0 + c < kTailRank ? acc[c] : 0.0f;
+  }
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
 }
 
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
 template <int D>
 struct ThreshRowLoads {
   static constexpr int kV = D / 32;
-  float s, rsum, pku;  // s_i, r_i, P (K U)_u of lane u (< 8)
+  float rec;           // column lane % 8 of the row's statistics record: P (K U) (< kTailRank), s_i, r_i
   int cnt, jt;         // the list's length; this lane's entry (lane < cnt)
   float pt;
   float dq[kV], q[kV];  // the lane's kV columns of dQacc and of Q_i
@@ -238,9 +243,7 @@ __device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const int d0 = lane * kV;
   ThreshRowLoads<D> x;
-  x.s = p.psum[row];
-  x.rsum = p.rowsum[row];
-  x.pku = p.pku[row * kLowRank + (lane & (kLowRank - 1))];
+  x.rec = p.pku[row * kLowRank + (lane & (kLowRank - 1))];
   x.cnt = min(p.list_count[row], p.list_cap);
   x.jt = 0;
   x.pt = 0.0f;
@@ -268,8 +271,8 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   constexpr int kV = D / 32, kCap = 32;  // list_cap <= 32 (launch.cu): one slot per lane
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const int d0 = lane * kV;
-  const float s = x.s;
-  const float c = s > 0.0f ? x.rsum / s : 0.0f;
+  const float s = __shfl_sync(0xffffffffu, x.rec, kStatS), rsum = __shfl_sync(0xffffffffu, x.rec, kStatR);
+  const float c = s > 0.0f ? rsum / s : 0.0f;
   const int cnt = x.cnt;
   if (lane >= cnt) {
     x.jt = 0;
@@ -310,15 +313,15 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
         for (int e = 0; e < kV; ++e) acc[e] = fmaf(pj[u], kv[u][e], acc[e]);
       }
   }
-  float tail[kLowRank];
+  float tail[kTailRank];
 #pragma unroll
-  for (int v = 0; v < kLowRank; ++v) {
+  for (int v = 0; v < kTailRank; ++v) {
     float y = 0.0f;
     if (cnt > 0) {  // the listed entries' own share of P (K U)
       y = lane < cnt ? pt * kuv[v] : 0.0f;
       for (int o = 16; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
     }
-    tail[v] = __shfl_sync(0xffffffffu, x.pku, v) - y;
+    tail[v] = __shfl_sync(0xffffffffu, x.rec, v) - y;
   }
   float mass = pt;
   for (int o = 16; o > 0; o >>= 1) mass += __shfl_xor_sync(0xffffffffu, mass, o);
@@ -328,14 +331,18 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   // Lane owns kV consecutive columns d0.. (one vector access each: the dQ store and the dK atomics); per element
   // the same operations in the same order as one column at a time.
 #pragma unroll
-  for (int v = 0; v < kLowRank; ++v)
+  for (int v = 0; v < kTailRank; ++v)
 #pragma unroll
     for (int e = 0; e < kV; ++e) back[e] = fmaf(tail[v], su[v * D + d0 + e], back[e]);
   float xs[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) xs[e] = p.scale * (x.dq[e] - c * (acc[e] + back[e]));
   store_bf16_vec<kV>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0, xs);
-  if (lane == 0) p.rest[row] = rest;
+  if (lane == 0) {
+    p.rest[row] = rest;
+    p.psum[row] = s;  // for the audit's diagnostics (host_dispatch.cc reads r_i and s_i there)
+    p.rowsum[row] = rsum;
+  }
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, x.q[e], part[e]);
   for (int t = 0; t < cnt; ++t) {

@@ -79,12 +79,12 @@ TEST(Projection, DefaultIsThreshLowRank) {
   // the exact form; the CUDA tests check the bars and the CPU agreement).
   EXPECT_EQ(FlashParams{}.projection, Projection::kThreshLowRank);
   EXPECT_EQ(FlashParams{}.thresh_k, 16);
-  EXPECT_EQ(FlashParams{}.lowrank_rank, 8);
+  EXPECT_EQ(FlashParams{}.lowrank_rank, 6);
   EXPECT_EQ(FlashParams{}.variant, Variant::kGproj);
 }
 
-// docs/gproj-projection.md: the cheap forms meant for the GPU kernel, topk-lowrank (k = 8, r = 8) and
-// thresh-lowrank (threshold 1/16, r = 8: a per-entry test a backward kernel applies tile by tile), must stay
+// docs/gproj-projection.md: the cheap forms meant for the GPU kernel, topk-lowrank (k = 8, r = 6) and
+// thresh-lowrank (threshold 1/16, r = 6: a per-entry test a backward kernel applies tile by tile), must stay
 // within 10% of the full P-weighted projection where the cheaper forms failed (the diffuse-P sink case, where
 // plain top-k leaves 0.78%) and on a captured state.
 TEST(Projection, CheapFormsTrackFullPWeighting) {

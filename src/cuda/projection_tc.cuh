@@ -131,7 +131,7 @@ __device__ void orthonormalise_columns(float* X) {
     for (int m = 0; m < kM; ++m) X[c * D + lane + 32 * m] = x[c][m];
 }
 
-constexpr int kSubspaceIters = 8;  // as top_eigenvectors in src/cpu/projection.cc (docs/gproj-projection.md)
+constexpr int kSubspaceIters = 4;  // as top_eigenvectors in src/cpu/projection.cc (docs/gproj-projection.md)
 
 template <int D>
 constexpr size_t eig_smem_bytes() {

@@ -1,5 +1,8 @@
 // CUDA kernel timing with CUDA events: forward and backward TFLOP/s (GUIDE §5 FLOP counts) of each variant on
 // random BF16 inputs larger than L2. Run on the GPU machine by scripts/device_check.sh (docs/perf-notes.md).
+// Random Gaussian q and k give diffuse softmax rows (at N = 4k no entry reaches thresh-lowrank's 1/16), so
+// gproj's per-entry work (the row lists) goes unmeasured; --q-scale 4 sharpens the rows to a few large entries
+// each, closer to trained attention.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,9 +27,9 @@ namespace {
     }                                                                                   \
   } while (0)
 
-void* upload_random(size_t n, uint64_t seed) {
+void* upload_random(size_t n, uint64_t seed, float scale = 1.0f) {
   std::vector<__nv_bfloat16> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = __float2bfloat16(static_cast<float>(gproj::gaussian(seed, i)));
+  for (size_t i = 0; i < n; ++i) h[i] = __float2bfloat16(scale * static_cast<float>(gproj::gaussian(seed, i)));
   void* d;
   CHECK(cudaMalloc(&d, n * 2));
   CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
@@ -65,21 +68,24 @@ float median_ms(F f, int reps) {
 
 }  // namespace
 
-// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R]. The filters let a profiler
-// (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table runs.
+// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S]. The filters let a
+// profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table runs.
+// --q-scale multiplies q (default 1): larger values sharpen the softmax rows.
 int main(int argc, char** argv) {
   using namespace gproj;
   std::string only, shape_filter;
   int reps = 3;
+  float q_scale = 1.0f;
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
-    if ((arg == "--only" || arg == "--shape" || arg == "--reps") && a + 1 < argc) {
+    if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--q-scale") && a + 1 < argc) {
       const std::string val = argv[++a];
       if (arg == "--only") only = val;
       else if (arg == "--shape") shape_filter = val;
-      else reps = std::atoi(val.c_str());
+      else if (arg == "--reps") reps = std::atoi(val.c_str());
+      else q_scale = std::strtof(val.c_str(), nullptr);
     } else {
-      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S]\n", argv[0]);
       return 2;
     }
   }
@@ -87,6 +93,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--reps must be at least 1\n");
     return 2;
   }
+  if (!(q_scale > 0.0f) || !std::isfinite(q_scale) || q_scale > 64.0f) {
+    std::fprintf(stderr, "--q-scale must be in (0, 64]\n");
+    return 2;
+  }
+  if (q_scale != 1.0f) std::printf("# q scaled by %g (sharper softmax rows than the default inputs)\n", q_scale);
   std::printf("%-10s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
               "bwd TF/s");
   struct Shape {
@@ -102,7 +113,7 @@ int main(int argc, char** argv) {
         const bool causal = shape.causal;
         const int64_t H = 2048 / D, B = 16384 / N;  // B N = 16k tokens, H D = 2048 (GUIDE §5)
         const size_t n = static_cast<size_t>(B * N * H * D);
-        void *q = upload_random(n, 1), *k = upload_random(n, 2), *v = upload_random(n, 3), *dout = upload_random(n, 4);
+        void *q = upload_random(n, 1, q_scale), *k = upload_random(n, 2), *v = upload_random(n, 3), *dout = upload_random(n, 4);
         void *o, *lse, *ofp, *dq, *dk, *dv;
         CHECK(cudaMalloc(&o, n * 2));
         CHECK(cudaMalloc(&ofp, n * 4));

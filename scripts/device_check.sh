@@ -109,9 +109,14 @@ if grep -q "^rc=0" "$out/python_build.rc" 2>/dev/null; then
     >"$out/attention_bench.txt" 2>&1
   note "attention_bench.py side by side with SDPA: rc=$? in $(( $(date +%s) - t0 )) s"
   cat "$out/attention_bench.txt"
+  t0=$(date +%s)
+  [ -n "${SKIP_PY_BENCH:-}" ] || PYTHONPATH=python timeout 100 python3 bench/attention_bench.py --reps 10 --warmup 3 --dims 128 \
+    --lengths 4096 --q-scale 4 --out "$out/attention_bench_sharp.json" >"$out/attention_bench_sharp.txt" 2>&1
+  note "attention_bench.py --q-scale 4 (D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
+  cat "$out/attention_bench_sharp.txt"
 fi
 
 # The device tool brings back only a few files: logs go back as one archive.
-( cd "$out" && tar czf logs.tgz --remove-files $(ls | grep -vE '^(summary.txt|attention_bench.json|attention_bench.txt|check.json|logs.tgz)$') )
+( cd "$out" && tar czf logs.tgz --remove-files $(ls | grep -vE '^(summary.txt|attention_bench.json|attention_bench.txt|attention_bench_sharp.json|check.json|logs.tgz)$') )
 echo
 printf '%s\n' "${summary[@]}"

@@ -21,3 +21,20 @@ def test_smoke_run_writes_a_report(tmp_path):
         assert "error" not in r, r
         assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0
     assert {r["impl"] for r in report["results"] if "gproj_bwd_overhead" in r} == {"gproj-gproj", "gproj-pweighted"}
+
+
+def test_q_scale_is_recorded_and_checked(tmp_path):
+    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "bench" / "attention_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "report.json"
+    bench.main(["attention_bench.py", "--smoke", "--q-scale", "4", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["results"] and all(r["q_scale"] == 4.0 for r in report["results"])
+    try:
+        bench.main(["attention_bench.py", "--smoke", "--q-scale", "0", "--out", str(tmp_path / "bad.json")])
+    except SystemExit as e:
+        assert e.code != 0
+    else:
+        raise AssertionError("--q-scale 0 was accepted")
+    assert not (tmp_path / "bad.json").exists()

@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sdO = sQ + kStages * BQ * D;                                             // [kStages][kNB][BQ][64]
   bf16_t* sdS = sdO + kStages * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
   bf16_t* sP = sdS + (kSplit ? 2 : 1) * BQ * BK;         // kThresh: [2 key halves][BQ][64] bf16(P), as sdS
-  bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T; ones; zeros)
-  bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row 9; zeros)
+  bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T rows 0-5; ones; zeros)
+  bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row kStatR; zeros)
   bf16_t* sQU = sUp + (kThresh ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
   float* sL = reinterpret_cast<float*>(sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0));  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup

@@ -34,8 +34,8 @@ struct KernelParams {
   float* delta;                      // (B, H, Nq)
   float* dq_acc;                     // (B, H, Nq, D)
   float* pk;                         // (B, H, Nq, D) sum_j bf16(P_ij) K_j (P-weighted only)
-  float* rowsum;                     // (B, H, Nq) r_i
-  float* psum;                       // (B, H, Nq) s_i
+  float* rowsum;                     // (B, H, Nq) r_i (thresh-lowrank: copied from pku by the dQ postprocess)
+  float* psum;                       // (B, H, Nq) s_i (likewise)
   // thresh-lowrank (docs/gproj-projection.md)
   float thresh;                      // entries with bf16(P) >= thresh are kept exactly (1/k)
   int list_cap;                      // k: slots per row (never exceeded: sum_j bf16(P) <= 1.002)
@@ -43,9 +43,10 @@ struct KernelParams {
   int* list_j;                       // (B, H, Nq, k) key indices
   float* list_p;                     // (B, H, Nq, k) their bf16(P)
   float* gram;                       // (B, Hkv, D, D) K^T K
-  float* u;                          // (B, Hkv, D, 8) top-8 eigenvectors of the Gram matrix
-  __nv_bfloat16* ku;                 // (B, Hkv, Nk, 8) bf16(K U)
-  float* pku;                        // (B, H, Nq, 8) sum_j bf16(P_ij) (K U)_j
+  float* u;                          // (B, Hkv, D, 8) the basis: 8 columns towards the top eigenvectors
+  __nv_bfloat16* ku;                 // (B, Hkv, Nk, 8) bf16(K U), columns kTailRank.. zero
+  float* pku;                        // (B, H, Nq, 8) the row's record: sum_j bf16(P_ij) (K U)_j (columns 0-5),
+                                     // s_i (kStatS), r_i (kStatR)
   float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
   float* suffix;                     // (B, H, Nq, D) sum_{i' >= i} rest_i' Q_i' (causal), or the total (row 0)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i

@@ -237,7 +237,7 @@ TEST(Cuda, DkCompensationAsAccurateAsTheCpu) {
   }
 }
 
-// thresh-lowrank (threshold 1/16, rank 8), the cheap projection meant to replace pweighted on the GPU, on the
+// thresh-lowrank (threshold 1/16, rank 6), the cheap projection meant to replace pweighted on the GPU, on the
 // stress suite: the same bars as the default, and as accurate as the CPU emulator of the same projection (its
 // error against float64 at most a third of an output rounding above the emulator's). Not the sweep's direct
 // GPU-vs-CPU agreement: on these states dK is an ill-conditioned sum (shared query components, sinks) and the

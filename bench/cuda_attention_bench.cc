@@ -27,9 +27,16 @@ namespace {
     }                                                                                   \
   } while (0)
 
-void* upload_random(size_t n, uint64_t seed, float scale = 1.0f) {
+std::vector<float> random_values(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = scale * static_cast<float>(gproj::gaussian(seed, i));
+  return h;
+}
+
+void* upload(const std::vector<float>& x) {
+  const size_t n = x.size();
   std::vector<__nv_bfloat16> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = __float2bfloat16(scale * static_cast<float>(gproj::gaussian(seed, i)));
+  for (size_t i = 0; i < n; ++i) h[i] = __float2bfloat16(x[i]);
   void* d;
   CHECK(cudaMalloc(&d, n * 2));
   CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
@@ -68,24 +75,30 @@ float median_ms(F f, int reps) {
 
 }  // namespace
 
-// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S]. The filters let a
-// profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table runs.
-// --q-scale multiplies q (default 1): larger values sharpen the softmax rows.
+// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink]. The filters
+// let a profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table
+// runs. --q-scale multiplies q (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every
+// sequence an attention sink (at D = 128 its score is ~8.5 above the rest on average, so most rows give it
+// P >= 1/16): every row
+// lists the same key, the worst case for thresh-lowrank's scattered dK corrections.
 int main(int argc, char** argv) {
   using namespace gproj;
   std::string only, shape_filter;
   int reps = 3;
   float q_scale = 1.0f;
+  bool sink = false;
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
-    if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--q-scale") && a + 1 < argc) {
+    if (arg == "--sink") {
+      sink = true;
+    } else if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--q-scale") && a + 1 < argc) {
       const std::string val = argv[++a];
       if (arg == "--only") only = val;
       else if (arg == "--shape") shape_filter = val;
       else if (arg == "--reps") reps = std::atoi(val.c_str());
       else q_scale = std::strtof(val.c_str(), nullptr);
     } else {
-      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink]\n", argv[0]);
       return 2;
     }
   }
@@ -98,6 +111,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (q_scale != 1.0f) std::printf("# q scaled by %g (sharper softmax rows than the default inputs)\n", q_scale);
+  if (sink) std::printf("# key 0 of every sequence is an attention sink\n");
   std::printf("%-10s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
               "bwd TF/s");
   struct Shape {
@@ -113,7 +127,13 @@ int main(int argc, char** argv) {
         const bool causal = shape.causal;
         const int64_t H = 2048 / D, B = 16384 / N;  // B N = 16k tokens, H D = 2048 (GUIDE §5)
         const size_t n = static_cast<size_t>(B * N * H * D);
-        void *q = upload_random(n, 1, q_scale), *k = upload_random(n, 2), *v = upload_random(n, 3), *dout = upload_random(n, 4);
+        std::vector<float> hq = random_values(n, 1, q_scale), hk = random_values(n, 2);
+        if (sink) {  // q_i[0] += 4 and K_0[0] = 24: key 0's score is 96 / sqrt(D) above its plain value
+          for (size_t r = 0; r < n / D; ++r) hq[r * D] += 4.0f;
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < H; ++h) hk[static_cast<size_t>((b * N * H + h) * D)] = 24.0f;
+        }
+        void *q = upload(hq), *k = upload(hk), *v = upload(random_values(n, 3)), *dout = upload(random_values(n, 4));
         void *o, *lse, *ofp, *dq, *dk, *dv;
         CHECK(cudaMalloc(&o, n * 2));
         CHECK(cudaMalloc(&ofp, n * 4));

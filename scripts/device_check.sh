@@ -75,14 +75,20 @@ t0=$(date +%s)
 timeout 120 "$bench_bin" >"$out/cuda_bench.txt" 2>&1
 note "cuda_attention_bench: rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench.txt"
-# gproj's per-entry work (row lists) on sharper rows: random inputs leave the lists empty at N = 4k.
+# gproj's per-entry work (row lists) on sharper rows: random inputs leave the lists empty at N = 4k. Then an
+# attention sink: 84% of the rows list key 0 (median P 0.41), each adding its dK correction to that one key.
 t0=$(date +%s)
-for shape in 128:4096:0 128:4096:1; do
-  for label in baseline gproj; do
-    timeout 60 "$bench_bin" --only "$label" --shape "$shape" --q-scale 4 --reps 5 | grep -v '^variant' | grep -v '^#'
+{
+  for shape in 128:4096:0 128:4096:1; do
+    for label in baseline gproj; do
+      timeout 60 "$bench_bin" --only "$label" --shape "$shape" --q-scale 4 --reps 5 | grep -vE '^(variant|#)' | sed 's/$/  q x 4/'
+    done
   done
-done >"$out/cuda_bench_sharp.txt" 2>&1
-note "cuda_attention_bench --q-scale 4 (baseline, gproj at D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
+  for label in baseline gproj; do
+    timeout 60 "$bench_bin" --only "$label" --shape 128:4096:0 --sink --reps 5 | grep -vE '^(variant|#)' | sed 's/$/  sink/'
+  done
+} >"$out/cuda_bench_sharp.txt" 2>&1
+note "cuda_attention_bench --q-scale 4 and --sink (baseline, gproj at D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench_sharp.txt"
 timeout 30 "$probe_bin" >"$out/wgmma_probe.txt" 2>&1
 note "wgmma_probe: rc=$?; $(tail -1 "$out/wgmma_probe.txt")"

@@ -311,18 +311,18 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 }
 
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D)
-// and, for thresh-lowrank only: list_count, rest (B H Nq) | list_j, list_p (B H Nq k) | pku (B H Nq 8) |
-// part (B H ceil(Nq/64) D) | gram (B Hkv D D) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) |
-// head_done (B H, padded to 4 words); and for the dK compensation only: gram_q (B H D D) | u_q (B H D 8) |
-// qu (B H Nq 8 BF16);
+// and, for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
+// list_count (B H Nq) | pku (B H Nq 8) | gram (B Hkv D D) | head_done (B H, padded to 4 words) | [dK compensation:
+// gram_q (B H D D)]; then rest (B H Nq) | list_j, list_p (B H Nq k) | part (B H ceil(Nq/64) D) | u (B Hkv D 8) |
+// ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: u_q (B H D 8) | qu (B H Nq 8 BF16)];
 // the pk region holds the suffix sums.
 struct Workspace {
   size_t row, q, k;
   size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0, gram_q = 0, u_q = 0, qu = 0;
   size_t words() const {
-    return 3 * row + 2 * q + 2 * k +
-           (list ? 2 * row + 2 * list + pku + part + gram + u + ku + heads + gram_q + u_q + qu : 0);
+    return 3 * row + 2 * q + 2 * k + (list ? thresh_zeroed() + row + 2 * list + part + u + ku + u_q + qu : 0);
   }
+  size_t thresh_zeroed() const { return row + pku + gram + heads + gram_q; }  // list_count .. gram_q
   size_t bytes() const { return sizeof(float) * words(); }
 };
 
@@ -556,20 +556,21 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   kp.dk_acc = kp.pk + w.q;
   kp.dv_acc = kp.dk_acc + w.k;
   if (thresh) {
-    float* t = kp.dv_acc + w.k;
+    float* t = kp.dv_acc + w.k;  // the zeroed regions first
     kp.list_count = reinterpret_cast<int*>(t);
-    kp.rest = t + w.row;
-    kp.list_j = reinterpret_cast<int*>(t + 2 * w.row);
-    kp.list_p = t + 2 * w.row + w.list;
-    kp.pku = kp.list_p + w.list;
-    kp.part = kp.pku + w.pku;
-    kp.gram = kp.part + w.part;
-    kp.u = kp.gram + w.gram;
+    kp.pku = t + w.row;
+    kp.gram = kp.pku + w.pku;
+    kp.head_done = reinterpret_cast<int*>(kp.gram + w.gram);
+    if (w.qu != 0) kp.gram_q = kp.gram + w.gram + w.heads;
+    float* r = t + w.thresh_zeroed();  // then the written ones
+    kp.rest = r;
+    kp.list_j = reinterpret_cast<int*>(r + w.row);
+    kp.list_p = r + w.row + w.list;
+    kp.part = kp.list_p + w.list;
+    kp.u = kp.part + w.part;
     kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
-    kp.head_done = reinterpret_cast<int*>(kp.u + w.u + w.ku);
     if (w.qu != 0) {
-      kp.gram_q = kp.u + w.u + w.ku + w.heads;
-      kp.u_q = kp.gram_q + w.gram_q;
+      kp.u_q = kp.u + w.u + w.ku;
       kp.qu = reinterpret_cast<__nv_bfloat16*>(kp.u_q + w.u_q);
     }
     kp.suffix = kp.pk;
@@ -632,11 +633,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   {
     size_t zero_words = 3 * w.row + w.q + (pweighted ? w.q : 0);
     if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess) return last_error("workspace memset");
-    if (thresh && (cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.row, st) != cudaSuccess ||
-                   cudaMemsetAsync(kp.pku, 0, sizeof(float) * w.pku, st) != cudaSuccess ||
-                   cudaMemsetAsync(kp.gram, 0, sizeof(float) * w.gram, st) != cudaSuccess ||
-                   cudaMemsetAsync(kp.head_done, 0, sizeof(float) * w.heads, st) != cudaSuccess ||
-                   (w.gram_q != 0 && cudaMemsetAsync(kp.gram_q, 0, sizeof(float) * w.gram_q, st) != cudaSuccess))) {
+    if (thresh && cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.thresh_zeroed(), st) != cudaSuccess) {
       return last_error("workspace memset");
     }
   }

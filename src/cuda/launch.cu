@@ -312,17 +312,17 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D)
 // and, for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
-// list_count (B H Nq) | pku (B H Nq 8) | gram (B Hkv D D) | head_done (B H, padded to 4 words) | [dK compensation:
-// gram_q (B H D D)]; then rest (B H Nq) | list_j, list_p (B H Nq k) | part (B H ceil(Nq/64) D) | u (B Hkv D 8) |
-// ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: u_q (B H D 8) | qu (B H Nq 8 BF16)];
-// the pk region holds the suffix sums.
+// list_count (B H Nq) | pku (B H Nq 8) | head_done (B H, padded to 4 words); then rest (B H Nq) | list_j, list_p
+// (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
+// u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: gram_q (B H chunks D D) |
+// u_q (B H D 8) | qu (B H Nq 8 BF16)]; the pk region holds the suffix sums.
 struct Workspace {
   size_t row, q, k;
   size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0, gram_q = 0, u_q = 0, qu = 0;
   size_t words() const {
-    return 3 * row + 2 * q + 2 * k + (list ? thresh_zeroed() + row + 2 * list + part + u + ku + u_q + qu : 0);
+    return 3 * row + 2 * q + 2 * k + (list ? thresh_zeroed() + row + 2 * list + part + gram + u + ku + gram_q + u_q + qu : 0);
   }
-  size_t thresh_zeroed() const { return row + pku + gram + heads + gram_q; }  // list_count .. gram_q
+  size_t thresh_zeroed() const { return row + pku + heads; }  // list_count, pku, head_done
   size_t bytes() const { return sizeof(float) * words(); }
 };
 
@@ -336,12 +336,12 @@ Workspace layout(const Problem& p) {
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
     w.pku = w.row * detail::kLowRank;
     w.part = static_cast<size_t>(p.B * p.H * ((p.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock) * p.D);
-    w.gram = static_cast<size_t>(p.B * p.Hkv * p.D * p.D);
+    w.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk)) * p.D * p.D);
     w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
     w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
     w.heads = (static_cast<size_t>(p.B * p.H) + 3) / 4 * 4;
     if (p.params.dk_compensation_rank != 0) {
-      w.gram_q = static_cast<size_t>(p.B * p.H * p.D * p.D);
+      w.gram_q = static_cast<size_t>(p.B * p.H * detail::gram_chunks(static_cast<int>(p.Nq)) * p.D * p.D);
       w.u_q = static_cast<size_t>(p.B * p.H * p.D * detail::kLowRank);
       w.qu = static_cast<size_t>(p.B * p.H * p.Nq * detail::kLowRank / 2);
     }
@@ -355,7 +355,7 @@ template <int D, bool kQ>
 Status lowrank_prepass(const KernelParams& k, cudaStream_t stream) {
   const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
   const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
-  Status s = launch(detail::gram_kernel<D, kQ>, dim3((tiles + detail::kGramTiles - 1) / detail::kGramTiles, heads, k.B),
+  Status s = launch(detail::gram_kernel<D, kQ>, dim3(detail::gram_chunks(rows), heads, k.B),
                     0, stream, k, kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
   if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
                        kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);
@@ -559,18 +559,18 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     float* t = kp.dv_acc + w.k;  // the zeroed regions first
     kp.list_count = reinterpret_cast<int*>(t);
     kp.pku = t + w.row;
-    kp.gram = kp.pku + w.pku;
-    kp.head_done = reinterpret_cast<int*>(kp.gram + w.gram);
-    if (w.qu != 0) kp.gram_q = kp.gram + w.gram + w.heads;
+    kp.head_done = reinterpret_cast<int*>(kp.pku + w.pku);
     float* r = t + w.thresh_zeroed();  // then the written ones
     kp.rest = r;
     kp.list_j = reinterpret_cast<int*>(r + w.row);
     kp.list_p = r + w.row + w.list;
     kp.part = kp.list_p + w.list;
-    kp.u = kp.part + w.part;
+    kp.gram = kp.part + w.part;
+    kp.u = kp.gram + w.gram;
     kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
     if (w.qu != 0) {
-      kp.u_q = kp.u + w.u + w.ku;
+      kp.gram_q = kp.u + w.u + w.ku;
+      kp.u_q = kp.gram_q + w.gram_q;
       kp.qu = reinterpret_cast<__nv_bfloat16*>(kp.u_q + w.u_q);
     }
     kp.suffix = kp.pk;

@@ -30,11 +30,25 @@ struct LowRankRows {
         u(kQ ? p.u_q : p.u), xu(kQ ? p.qu : p.ku) {}
 };
 
-// gram[b, hk] += K[chunk]^T K[chunk] on the tensor cores (BF16 K, FP32 accumulation: the products are exact);
-// grid (ceil(Nk / (64 kGramTiles)), Hkv, B), 4 warps. Key tiles of 64 are double-buffered with cp.async; warp w
-// accumulates the 16-row slices w, w + 4, ... of G with warp_atb (the backward's dK = dS^T Q form, T = B = K).
-// kQ: the same for Q per query head.
-constexpr int kGramTiles = 16;
+// The Gram matrix in chunks of key tiles: at least kGramTiles tiles of 64 keys per chunk and at most
+// kGramMaxChunks chunks per head, so the eigenvector kernel, which adds the chunks' partial matrices, reads at
+// most kGramMaxChunks of them. The same function on the host (grid, workspace) and in the kernels.
+constexpr int kGramTiles = 16, kGramMaxChunks = 16;
+__host__ __device__ inline int gram_chunk_tiles(int n) {
+  const int tiles = (n + kBwdBlock - 1) / kBwdBlock;
+  const int spread = (tiles + kGramMaxChunks - 1) / kGramMaxChunks;
+  return spread > kGramTiles ? spread : kGramTiles;
+}
+__host__ __device__ inline int gram_chunks(int n) {
+  const int tiles = (n + kBwdBlock - 1) / kBwdBlock, per = gram_chunk_tiles(n);
+  return (tiles + per - 1) / per;
+}
+
+// gram[b, hk, chunk] = K[chunk]^T K[chunk] on the tensor cores (BF16 K, FP32 accumulation: the products are
+// exact), one partial matrix per chunk, stored whole (no atomics: eig_kernel adds the chunks in order, so the
+// result does not depend on timing); grid (gram_chunks(Nk), Hkv, B), 4 warps. Key tiles of 64 are
+// double-buffered with cp.async; warp w accumulates the 16-row slices w, w + 4, ... of G with warp_atb (the
+// backward's dK = dS^T Q form, T = B = K). kQ: the same for Q per query head.
 template <int D, bool kQ = false>
 __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p) {
   constexpr int kSlices = D / 64;  // 16-row slices of G per warp
@@ -42,7 +56,8 @@ __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p)
   const LowRankRows<kQ> rows(p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int b = blockIdx.z, hk = blockIdx.y;
-  const int t0 = blockIdx.x * kGramTiles, ntiles = min(kGramTiles, (rows.n + kBwdBlock - 1) / kBwdBlock - t0);
+  const int per = gram_chunk_tiles(rows.n);
+  const int t0 = blockIdx.x * per, ntiles = min(per, (rows.n + kBwdBlock - 1) / kBwdBlock - t0);  // >= 1
   float acc[kSlices][D / 8][4];
 #pragma unroll
   for (int sl = 0; sl < kSlices; ++sl)
@@ -67,15 +82,15 @@ __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p)
     for (int sl = 0; sl < kSlices; ++sl) warp_atb<D, D>(acc[sl], kt, kt, (warp + 4 * sl) * 16, lane);
     __syncthreads();
   }
-  float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * D * D;
+  float* gram = rows.gram + ((static_cast<int64_t>(b) * rows.heads + hk) * gridDim.x + blockIdx.x) * D * D;
 #pragma unroll
   for (int sl = 0; sl < kSlices; ++sl)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = (warp + 4 * sl) * 16 + g + 8 * (e / 2), col = n * 8 + 2 * tq + (e & 1);
-        atomicAdd(&gram[row * D + col], acc[sl][n][e]);
+      for (int half = 0; half < 2; ++half) {
+        const int row = (warp + 4 * sl) * 16 + g + 8 * half, col = n * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(&gram[row * D + col]) = make_float2(acc[sl][n][2 * half], acc[sl][n][2 * half + 1]);
       }
 }
 
@@ -149,8 +164,13 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
   float* Y = X + D * kLowRank;  // [D][8]
   const LowRankRows<kQ> rows(p);
   const int b = blockIdx.y, hk = blockIdx.x;
-  const float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * D * D;
-  for (int x = threadIdx.x; x < D * D; x += kPostThreads) G[x] = gram[x];
+  const int chunks = gram_chunks(rows.n);
+  const float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * chunks * D * D;
+  for (int x = threadIdx.x; x < D * D; x += kPostThreads) {  // the chunks' partial matrices, in chunk order
+    float sum = gram[x];
+    for (int c = 1; c < chunks; ++c) sum += gram[static_cast<int64_t>(c) * D * D + x];
+    G[x] = sum;
+  }
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = start_value(x % D, x / D);
   __syncthreads();
   orthonormalise_columns<D>(X);

@@ -245,6 +245,28 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
 }
 
+// The listed entries' dK corrections of one dQ-correction CTA (64 rows of one head), summed per key in shared
+// memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local attention,
+// a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry. An open-
+// addressing table of kDkSlots keys (kDkSlots x D floats, 32 KB); an entry whose key finds no free slot goes
+// straight to dk_acc as before.
+template <int D>
+struct DkTable {
+  static constexpr int kSlots = 8192 / D;  // 64 at D = 128, 128 at D = 64
+  int* keys;                               // [kSlots], -1 = free
+  float* acc;                              // [kSlots][D]
+  // The slot of key j (inserted if new), or -1 when the table is full. One lane calls it.
+  __device__ int slot(int j) const {
+    const int h0 = static_cast<int>((static_cast<uint32_t>(j) * 2654435761u) >> 16) & (kSlots - 1);
+    for (int probe = 0; probe < kSlots; ++probe) {
+      const int s = (h0 + probe) & (kSlots - 1);
+      const int prev = atomicCAS(&keys[s], -1, j);
+      if (prev == -1 || prev == j) return s;
+    }
+    return -1;
+  }
+};
+
 // What the dQ correction of one row reads before any of its arithmetic (thresh_dq_row): every value that depends
 // on the row alone, issued together so that a row waits for one memory latency instead of one per use. Lanes
 // past the list's count hold j = 0, p = 0 once `cnt` is known (the slots past it were never written).
@@ -286,8 +308,9 @@ __device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams
 // rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U are the second (and last) round
 // of loads; then only arithmetic, the dQ store and the dK atomics.
 template <int D>
-__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, int b, int h, int hk, int i,
-                                              int lane, ThreshRowLoads<D> x, float (&part)[D / 32]) {
+__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, const DkTable<D>& tab, int b,
+                                              int h, int hk, int i, int lane, ThreshRowLoads<D> x,
+                                              float (&part)[D / 32]) {
   constexpr int kV = D / 32, kCap = 32;  // list_cap <= 32 (launch.cu): one slot per lane
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const int d0 = lane * kV;
@@ -368,6 +391,14 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   for (int t = 0; t < cnt; ++t) {
     const int j = __shfl_sync(0xffffffffu, jt, t);
     const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
+    int s = 0;
+    if (lane == 0) s = tab.slot(j);
+    s = __shfl_sync(0xffffffffu, s, 0);
+    if (s >= 0) {  // into the CTA's per-key sum (shared-memory atomics)
+#pragma unroll
+      for (int e = 0; e < kV; ++e) atomicAdd(&tab.acc[s * D + d0 + e], -w * x.q[e]);
+      continue;
+    }
     float* dst = p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0;
     if constexpr (kV == 4) {
       atomicAdd(reinterpret_cast<float4*>(dst), make_float4(-w * x.q[0], -w * x.q[1], -w * x.q[2], -w * x.q[3]));
@@ -385,14 +416,19 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum read then.
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
-  constexpr int kWarps = kPostThreads / 32, kV = D / 32;
+  constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = DkTable<D>::kSlots;
   __shared__ float su[kLowRank * D];
   __shared__ float sp[kWarps * D];
+  __shared__ __align__(16) float tab_acc[kSlots * D];
+  __shared__ int tab_keys[kSlots];
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
+  for (int x = threadIdx.x; x < kSlots * D; x += kPostThreads) tab_acc[x] = 0.0f;
+  for (int x = threadIdx.x; x < kSlots; x += kPostThreads) tab_keys[x] = -1;
+  const DkTable<D> tab{tab_keys, tab_acc};
   __syncthreads();
   float part[kV];
 #pragma unroll
@@ -404,7 +440,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
     ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
     for (; i < i_end; i += kWarps) {
       const ThreshRowLoads<D> next = i + kWarps < i_end ? thresh_row_loads<D>(p, b, h, i + kWarps, lane) : cur;
-      thresh_dq_row<D>(p, su, b, h, hk, i, lane, cur, part);
+      thresh_dq_row<D>(p, su, tab, b, h, hk, i, lane, cur, part);
       cur = next;
     }
   }
@@ -412,6 +448,17 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   for (int e = 0; e < kV; ++e) sp[warp * D + lane * kV + e] = part[e];
   __syncthreads();
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  for (int s = warp; s < kSlots; s += kWarps) {  // the per-key sums to dk_acc: one vector atomic per lane and key
+    const int j = tab_keys[s];
+    if (j < 0) continue;
+    float* dst = p.dk_acc + (bh * p.Nk + j) * D + lane * kV;
+    const float* a = tab_acc + s * D + lane * kV;
+    if constexpr (kV == 4) {
+      atomicAdd(reinterpret_cast<float4*>(dst), *reinterpret_cast<const float4*>(a));
+    } else {
+      atomicAdd(reinterpret_cast<float2*>(dst), *reinterpret_cast<const float2*>(a));
+    }
+  }
   const int d = threadIdx.x;
   if (d < D) {
     float sum = 0.0f;

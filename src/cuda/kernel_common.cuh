@@ -42,7 +42,7 @@ struct KernelParams {
   int* list_count;                   // (B, H, Nq)
   int* list_j;                       // (B, H, Nq, k) key indices
   float* list_p;                     // (B, H, Nq, k) their bf16(P)
-  float* gram;                       // (B, Hkv, D, D) K^T K
+  float* gram;                       // (B, Hkv, chunks, D, D) K^T K, a partial matrix per chunk of keys
   float* u;                          // (B, Hkv, D, 8) the basis: 8 columns towards the top eigenvectors
   __nv_bfloat16* ku;                 // (B, Hkv, Nk, 8) bf16(K U), columns kTailRank.. zero
   float* pku;                        // (B, H, Nq, 8) the row's record: sum_j bf16(P_ij) (K U)_j (columns 0-5),
@@ -52,7 +52,7 @@ struct KernelParams {
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i
   int* head_done;                    // (B, H) dQ-correction CTAs finished (non-causal: the last one sums `part`)
   // dK compensation (FlashParams::dk_compensation_rank = 8): the same basis for the queries of each query head
-  float* gram_q;                     // (B, H, D, D) Q^T Q
+  float* gram_q;                     // (B, H, chunks, D, D) Q^T Q, likewise
   float* u_q;                        // (B, H, D, 8) its top-8 eigenvectors
   __nv_bfloat16* qu;                 // (B, H, Nq, 8) bf16(Q U_q)
   float* dk_acc;                     // (B, H, Nk, D) per query head

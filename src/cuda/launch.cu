@@ -629,7 +629,8 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     }
   }
   // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
-  // counters, P (K U) and Gram matrices. dKacc and dVacc are written whole by the main kernels.
+  // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
+  // kernels, the Gram matrices' partials by the Gram kernel.
   {
     size_t zero_words = 3 * w.row + w.q + (pweighted ? w.q : 0);
     if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess) return last_error("workspace memset");

@@ -248,17 +248,19 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
 // The listed entries' dK corrections of one dQ-correction CTA (64 rows of one head), summed per key in shared
 // memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local attention,
 // a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry. An open-
-// addressing table of kDkSlots keys (kDkSlots x D floats, 32 KB); an entry whose key finds no free slot goes
-// straight to dk_acc as before.
+// addressing table of kSlots keys (kSlots x D floats, 32 KB), probed at most kMaxProbes slots deep; an entry whose
+// key finds no slot there goes straight to dk_acc as before (so a full table costs a few probes, not kSlots).
 template <int D>
 struct DkTable {
   static constexpr int kSlots = 8192 / D;  // 64 at D = 128, 128 at D = 64
+  static constexpr int kMaxProbes = 8;
   int* keys;                               // [kSlots], -1 = free
   float* acc;                              // [kSlots][D]
-  // The slot of key j (inserted if new), or -1 when the table is full. One lane calls it.
+  // The slot of key j (inserted if new), or -1 when kMaxProbes slots from its hash are taken by other keys. One
+  // lane calls it. Every lookup of j walks the same probe sequence, so a key never takes two slots.
   __device__ int slot(int j) const {
     const int h0 = static_cast<int>((static_cast<uint32_t>(j) * 2654435761u) >> 16) & (kSlots - 1);
-    for (int probe = 0; probe < kSlots; ++probe) {
+    for (int probe = 0; probe < kMaxProbes; ++probe) {
       const int s = (h0 + probe) & (kSlots - 1);
       const int prev = atomicCAS(&keys[s], -1, j);
       if (prev == -1 || prev == j) return s;
@@ -391,12 +393,12 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   for (int t = 0; t < cnt; ++t) {
     const int j = __shfl_sync(0xffffffffu, jt, t);
     const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
-    int s = 0;
-    if (lane == 0) s = tab.slot(j);
-    s = __shfl_sync(0xffffffffu, s, 0);
-    if (s >= 0) {  // into the CTA's per-key sum (shared-memory atomics)
+    int slot = 0;
+    if (lane == 0) slot = tab.slot(j);
+    slot = __shfl_sync(0xffffffffu, slot, 0);
+    if (slot >= 0) {  // into the CTA's per-key sum (shared-memory atomics)
 #pragma unroll
-      for (int e = 0; e < kV; ++e) atomicAdd(&tab.acc[s * D + d0 + e], -w * x.q[e]);
+      for (int e = 0; e < kV; ++e) atomicAdd(&tab.acc[slot * D + d0 + e], -w * x.q[e]);
       continue;
     }
     float* dst = p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0;

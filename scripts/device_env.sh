@@ -19,6 +19,8 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 export GPROJ_OPENBLAS_INCLUDE="$deps/usr/include/x86_64-linux-gnu/openblas-pthread"
 export GPROJ_OPENBLAS_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
 export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unknown)}"
+# The real captured states of this copy of the tree: prebuilt binaries carry the path they were built at.
+export GPROJ_DATA_DIR="${GPROJ_DATA_DIR:-$PWD/tests/data}"
 # run_sanitizers LOG_DIR TEST_BIN FILTER TOOL...: compute-sanitizer TOOL on the GPU tests matching FILTER, one
 # log per tool, and a `note` line (the caller's summary function) each.
 run_sanitizers() {

@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -140,6 +141,29 @@ std::string to_markdown(const CheckReport& r) {
     s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {:.2e} | {:.2e} | {:.2f} | {} |\n", row.case_name,
                      row.variant, row.device, pct(row.o.rel_fro), pct(row.dq.rel_fro), pct(row.dk.rel_fro),
                      pct(row.dv.rel_fro), row.rowsum_max_after, row.dk_colsum_ratio, row.seconds, b);
+  }
+  // What ran: each device and variant's kernels (a CUDA launch names them; rows with other kernels listed apart)
+  // and the variants' parameters, so a report shows e.g. whether auto mode fell back to v1.
+  std::vector<std::pair<std::string, std::string>> ran;  // ("variant on device", kernels), first-seen order
+  for (const CheckRow& row : r.rows) {
+    if (!row.skipped.empty() || row.kernels.empty()) continue;
+    const std::pair<std::string, std::string> k{row.variant + " on " + row.device, row.kernels};
+    if (std::find(ran.begin(), ran.end(), k) == ran.end()) ran.push_back(k);
+  }
+  const nlohmann::json* variants = r.env.contains("variants") ? &r.env.at("variants") : nullptr;
+  if (!ran.empty() || (variants != nullptr && variants->is_object())) {
+    s += "\n## What ran\n\n";
+    for (const auto& [who, kernels] : ran) s += fmt::format("- {}: {}\n", who, kernels);
+    if (variants != nullptr && variants->is_object()) {
+      for (auto it = variants->begin(); it != variants->end(); ++it) {
+        if (!it.value().contains("projection")) continue;
+        std::string params;
+        for (const char* key : {"projection", "thresh_k", "lowrank_rank", "topk", "dk_compensation_rank"}) {
+          if (it.value().contains(key)) params += fmt::format("{}{} {}", params.empty() ? "" : ", ", key, it.value().at(key).dump());
+        }
+        s += fmt::format("- {} parameters: {}\n", it.key(), params);
+      }
+    }
   }
   s += "\n## Cases\n\n| case | group | q (B, Nq, H, D) | k (B, Nk, Hkv, D) | causal | what it isolates |\n";
   s += "|---|---|---|---|---|---|\n";

@@ -67,5 +67,27 @@ TEST(Report, JsonHasTheDocumentedShape) {
   EXPECT_NE(to_markdown(r).find("| c | gproj | cpu |"), std::string::npos);
 }
 
+TEST(Report, MarkdownSaysWhichKernelsRanAndTheProjection) {
+  CheckReport r;
+  r.env = {{"gproj_version", "x"},
+           {"variants", {{"gproj", {{"variant", "gproj"}, {"projection", "thresh-lowrank"}, {"thresh_k", 16},
+                                    {"lowrank_rank", 6}}}}}};
+  for (const char* dev : {"cpu", "cuda", "cuda"}) {  // the second CUDA row ran the same kernels: listed once
+    CheckRow row;
+    row.case_name = "c";
+    row.variant = "gproj";
+    row.device = dev;
+    row.kernels = std::string(dev) == "cpu" ? "cpu emulator" : "forward v2.2 (wgmma, TMA); backward v3.2";
+    r.rows.push_back(row);
+  }
+  const std::string md = to_markdown(r);
+  EXPECT_NE(md.find("- gproj on cpu: cpu emulator\n"), std::string::npos) << md;
+  const size_t first = md.find("- gproj on cuda: forward v2.2 (wgmma, TMA); backward v3.2\n");
+  ASSERT_NE(first, std::string::npos) << md;
+  EXPECT_EQ(md.find("- gproj on cuda:", first + 1), std::string::npos) << "listed once";
+  EXPECT_NE(md.find("- gproj parameters: projection \"thresh-lowrank\", thresh_k 16, lowrank_rank 6"), std::string::npos)
+      << md;
+}
+
 }  // namespace
 }  // namespace gproj::cli

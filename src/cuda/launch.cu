@@ -628,21 +628,13 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
       return fail(ErrorCode::kInvalidArgument, std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
     }
   }
-  // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
-  // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
-  // kernels, the Gram matrices' partials by the Gram kernel.
-  {
-    size_t zero_words = 3 * w.row + w.q + (pweighted ? w.q : 0);
-    if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess) return last_error("workspace memset");
-    if (thresh && cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.thresh_zeroed(), st) != cudaSuccess) {
-      return last_error("workspace memset");
-    }
-  }
   if (thresh && !tc) {
     return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of "
                                          "q, k, v, do; the reference kernels for other rows implement projection pweighted");
   }
-  // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the delta preprocess.
+  // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the memsets and the delta preprocess:
+  // they read only q or k and write regions nothing else uses before the join (the Gram partials are stored
+  // whole, so they need no zeroing).
   cudaEvent_t join_k = nullptr, join_q = nullptr;
   if (thresh) {
     Status s = fork_prepass(st, 0, &join_k, [&](cudaStream_t ss) {
@@ -657,6 +649,18 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
       join_prepass(st, join_k);
       join_prepass(st, join_q);
       return s;
+    }
+  }
+  // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
+  // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
+  // kernels, the Gram matrices' partials by the Gram kernel.
+  {
+    size_t zero_words = 3 * w.row + w.q + (pweighted ? w.q : 0);
+    if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess ||
+        (thresh && cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.thresh_zeroed(), st) != cudaSuccess)) {
+      join_prepass(st, join_k);
+      join_prepass(st, join_q);
+      return last_error("workspace memset");
     }
   }
   constexpr int kPost = 256;

@@ -40,4 +40,19 @@ inline float round_bf16(float f) { return bf16::from_float(f).to_float(); }
 
 inline float bf16_to_float(bf16 x) { return x.to_float(); }
 
+// The smallest float x with round_bf16(x) >= t, for finite t > 0 below the largest bf16. Rounding is monotone,
+// so "bf16(x) >= t" is "x >= bf16_threshold(t)": a kernel can test the FP32 value without rounding it first.
+// b is the smallest bf16 >= t and a the one below; the floats between them (one binade, evenly spaced) round to
+// the nearer, and the midpoint to the one with the even last bit.
+inline float bf16_threshold(float t) {
+  uint32_t tb;
+  std::memcpy(&tb, &t, sizeof tb);
+  const uint32_t b = (tb & 0xffffu) == 0 ? tb : (tb & 0xffff0000u) + 0x10000u;
+  const uint32_t mid = b - 0x10000u + 0x8000u;
+  const uint32_t x = ((b >> 16) & 1u) == 0 ? mid : mid + 1u;
+  float f;
+  std::memcpy(&f, &x, sizeof f);
+  return f;
+}
+
 }  // namespace gproj

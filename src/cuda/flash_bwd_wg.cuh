@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const int kbase = j0 + wg * 64;
     const bool interior = i0 + BQ <= p.Nq && kbase + 63 <= last_visible(p, i0);
     uint32_t pf[4][4], dsf[4][4], ef[4][4];  // ef, kDkComp: bf16(dS^T - bf16(dS^T)), as dsf
-    bool hit = false;  // kThresh: an entry of this thread's with bf16(P) >= thresh
+    float pmax = 0.0f;  // kThresh: the largest FP32 P of this thread's (compared once with thresh_unrounded)
     const auto elementwise = [&](auto all_visible) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -372,10 +372,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
         pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
         pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
-        if (kThresh) {  // compared as rounded, as the list holds them (monotone rounding: max then round)
-          const uint32_t pa = pf[n >> 1][(n & 1) * 2], pb = pf[n >> 1][(n & 1) * 2 + 1];
-          hit |= fmaxf(fmaxf(bf16_lo(pa), bf16_hi(pa)), fmaxf(bf16_lo(pb), bf16_hi(pb))) >= p.thresh;
-        }
+        // kThresh: bf16(P) >= thresh, as the list holds them, is FP32 P >= thresh_unrounded (rounding is
+        // monotone), so the FP32 values are compared, once, through their max.
+        if (kThresh) pmax = fmaxf(pmax, fmaxf(fmaxf(pv[0], pv[1]), fmaxf(pv[2], pv[3])));
         const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
         dsf[n >> 1][(n & 1) * 2] = da;
         dsf[n >> 1][(n & 1) * 2 + 1] = db;
@@ -400,6 +399,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     } else {
       elementwise(std::false_type{});
     }
+    const bool hit = kThresh && pmax >= p.thresh_unrounded;  // an entry of this thread's with bf16(P) >= thresh
     // bf16(dS) into sdS[query][key] (block wg of 64 keys; row = query, column = the key within the block),
     // transposed by stmatrix: per pair of n-tiles the four 8 x 8 matrices (keys w4 16 + 0..7 | + 8..15) x
     // (queries 8 n + 0..7 | 8 (n + 1) + 0..7); lane l addresses row l % 8 of matrix l / 8.

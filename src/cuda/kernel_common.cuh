@@ -38,6 +38,7 @@ struct KernelParams {
   float* psum;                       // (B, H, Nq) s_i (likewise)
   // thresh-lowrank (docs/gproj-projection.md)
   float thresh;                      // entries with bf16(P) >= thresh are kept exactly (1/k)
+  float thresh_unrounded;            // the smallest FP32 P with bf16(P) >= thresh (bf16_threshold in launch.cu)
   int list_cap;                      // k: slots per row (never exceeded: sum_j bf16(P) <= 1.002)
   int* list_count;                   // (B, H, Nq)
   int* list_j;                       // (B, H, Nq, k) key indices

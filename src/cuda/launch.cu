@@ -16,6 +16,7 @@
 #include "cuda/flash_bwd_wg.cuh"
 #include "cuda/flash_fwd_wg.cuh"
 #include "cuda/projection_tc.cuh"
+#include "gproj/bf16.h"
 #include "gproj/cuda/attention_cuda.h"
 
 namespace gproj::cuda {
@@ -576,6 +577,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     kp.suffix = kp.pk;
     kp.list_cap = p.params.thresh_k;
     kp.thresh = 1.0f / static_cast<float>(p.params.thresh_k);
+    kp.thresh_unrounded = bf16_threshold(kp.thresh);
   }
   kp.dq = static_cast<__nv_bfloat16*>(dq.data);
   kp.dk = static_cast<__nv_bfloat16*>(dk.data);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "gproj/bf16.h"
 
@@ -72,6 +73,29 @@ TEST(Bf16, OverflowAndInfinity) {
   EXPECT_EQ(bf16::from_float(-0.0f).bits, 0x8000u);
   EXPECT_EQ(round_bf16(1.0f + 0x1.0p-8f), 1.0f);             // tie at 1 + half ulp -> even (1)
   EXPECT_EQ(round_bf16(1.0f + 3 * 0x1.0p-8f), 1.0f + 0x1.0p-6f);  // tie -> even (upper)
+}
+
+}  // namespace
+}  // namespace gproj
+
+namespace gproj {
+namespace {
+
+// bf16_threshold(t) is exactly the boundary of "round_bf16(x) >= t": it passes and the float below it does not,
+// for thresh-lowrank's thresholds 1/k, bf16 values themselves (both parities of the last bit), and values between.
+TEST(Bf16, ThresholdIsTheBoundaryOfRoundingAtOrAbove) {
+  std::vector<float> ts;
+  for (int k = 1; k <= 32; ++k) ts.push_back(1.0f / static_cast<float>(k));
+  for (uint32_t bits = 0x3a00u; bits < 0x3f90u; bits += 7u) {  // bf16 values from ~5e-4 to ~1.1
+    const float b = bf16::from_bits(static_cast<uint16_t>(bits)).to_float();
+    ts.push_back(b);
+    ts.push_back(std::nextafter(b, 2.0f));  // just above a bf16 value: the next one is the boundary's b
+  }
+  for (float t : ts) {
+    const float x = bf16_threshold(t);
+    EXPECT_GE(round_bf16(x), t) << t;
+    EXPECT_LT(round_bf16(std::nextafter(x, 0.0f)), t) << t;
+  }
 }
 
 }  // namespace

@@ -138,9 +138,13 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
       tail_basis(gram, D, rank_, U_);
     }
     KU_.assign(static_cast<size_t>(h_.Nk) * rank_, 0.0f);
-    gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);
-    if (gpu_lowrank) {
+    if (gpu_lowrank) {  // bf16(K bf16(U)): the GPU forms K U on the tensor cores (B operand bf16(U)); U stays FP32
+      std::vector<float> Ub(U_);  // where the tail goes back to D columns
+      for (float& x : Ub) x = round_bf16(x);
+      gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, Ub.data(), rank_, KU_.data(), rank_, false);
       for (float& x : KU_) x = round_bf16(x);
+    } else {
+      gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);
     }
     pku_.assign(static_cast<size_t>(h_.Nq) * rank_, 0.0f);
   }

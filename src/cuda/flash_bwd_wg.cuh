@@ -41,10 +41,10 @@ constexpr bool kBwdWgSplit = kSplitDq && D == 128;
 template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false>
 constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
-  // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
+  // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | [bf16(U)^T, D / 64 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
   return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
-                           (kThresh ? kWgBwdRows * kWgBwdKeys + 3 * kWgStatCols * 64 : 0) +
+                           (kThresh ? kWgBwdRows * kWgBwdKeys + 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
          sizeof(float) * 4 * kWgBwdRows + 8 * 8 + 1024;
 }
@@ -159,7 +159,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T rows 0-5; ones; zeros)
   bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row kStatR; zeros)
   bf16_t* sQU = sUp + (kThresh ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
-  float* sL = reinterpret_cast<float*>(sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0));  // [2][BQ] LSE: v3.0 per
+  bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
+  float* sL = reinterpret_cast<float*>(sUT + (kThresh ? D * kWgStatCols : 0));  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
   uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
@@ -193,18 +194,23 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   };
   if constexpr (kThresh) {  // the B tiles of the statistics product, K-major [16][64] (key = column)
-    if (threadIdx.x < BK) {
-      const int jj = threadIdx.x, j = j0 + jj, c = jj % 64;
-      uint4 raw4 = make_uint4(0, 0, 0, 0);  // bf16(K U) of key j: zeros past Nk (those P are 0)
-      if (j < p.Nk) raw4 = *reinterpret_cast<const uint4*>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank);
-      const bf16_t* ku = reinterpret_cast<const bf16_t*>(&raw4);
+    if (threadIdx.x < BK) {  // rows kTailRank.. of sUp (rows 0-5, K U, are formed below once K has landed)
+      const int jj = threadIdx.x, c = jj % 64;
       bf16_t* t = sUp + (jj / 64) * kWgStatCols * 64;
       const bf16_t one = __float2bfloat16_rn(1.0f), zero = __float2bfloat16_rn(0.0f);
 #pragma unroll
-      for (int r = 0; r < kWgStatCols; ++r) t[sw128_offset(r, c, kWgStatCols)] = r < kTailRank ? ku[r] : r == kStatS ? one : zero;
+      for (int r = kTailRank; r < kWgStatCols; ++r) t[sw128_offset(r, c, kWgStatCols)] = r == kStatS ? one : zero;
       if (jj < 64) {
 #pragma unroll
         for (int r = 0; r < kWgStatCols; ++r) sUd[sw128_offset(r, c, kWgStatCols)] = r == kStatR ? one : zero;
+      }
+    }
+    {  // bf16(U)^T, the B operand of K U: [kNB][16][64], row c = basis column c (rows 8-15 zero), column = d
+      const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+      for (int x = threadIdx.x; x < D * kWgStatCols; x += kWgThreads) {
+        const int kb = x / (kWgStatCols * 64), r = (x / 64) % kWgStatCols, col = x % 64;
+        sUT[kb * kWgStatCols * 64 + sw128_offset(r, col, kWgStatCols)] =
+            __float2bfloat16_rn(r < kLowRank ? u[(kb * 64 + col) * kLowRank + r] : 0.0f);
       }
     }
     if constexpr (kDkComp) {  // rows 8-15 of both warpgroups' (Q U_q)^T tiles stay zero
@@ -266,6 +272,41 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   if constexpr (kTma) {
     load_row(qb0);
     mbar_wait(kv_full, 0);
+  }
+  if constexpr (kThresh) {
+    // K U of this warpgroup's 64 keys on the tensor cores, bf16(K bf16(U)) as the CPU emulator forms it: rows
+    // 0-5 of the warpgroup's sUp tile (read after the loop's first warpgroup barrier) and, for the dQ correction's
+    // listed keys, p.ku (8 per key, columns kTailRank.. zero; CTAs of query heads sharing a kv head write the
+    // same bits). No ku_kernel runs before a v3 kernel.
+    float kuacc[8];
+    wg_fence();
+#pragma unroll
+    for (int kb = 0; kb < kNB; ++kb)
+#pragma unroll
+      for (int kin = 0; kin < 4; ++kin) {
+        const uint64_t ka = wg_desc_kmajor(kw(kb) + kin * 16), ub = wg_desc_kmajor(sUT + kb * kWgStatCols * 64 + kin * 16);
+        if (kb + kin == 0) {
+          wgmma_ss_n16_first(kuacc, ka, ub);
+        } else {
+          wgmma_ss_n16(kuacc, ka, ub);
+        }
+      }
+    wg_commit();
+    wg_wait0();
+    fence_regs(kuacc);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // keys w4 16 + g (+ 8) of the warpgroup; columns 2 tq, 2 tq + 1
+      const int kl = w4 * 16 + g + 8 * half, j = j0 + wg * 64 + kl;
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 2 * tq + e;
+        v[e] = c < kTailRank ? __bfloat162float(__float2bfloat16_rn(kuacc[2 * half + e])) : 0.0f;
+        if (c < kTailRank) sUp[wg * kWgStatCols * 64 + sw128_offset(c, kl, kWgStatCols)] = __float2bfloat16_rn(v[e]);
+      }
+      if (j < p.Nk) store_bf16_vec<2>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank + 2 * tq, v);
+    }
+    fence_async_smem();  // sUp, read by this warpgroup's statistics product after its next barrier
   }
 
   // v3.1, thread 0: block it + 2 into the stage of block it - 1 once all eight warps have released it (they have,

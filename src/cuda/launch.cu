@@ -352,16 +352,19 @@ Workspace layout(const Problem& p) {
 
 // The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
 // rows onto it: Gram matrix, eigenvectors, bf16(X U). Reads only q or k; writes only its workspace regions.
+// project = false: no K U here (the v3 kernels form it themselves once K is in shared memory).
 template <int D, bool kQ>
-Status lowrank_prepass(const KernelParams& k, cudaStream_t stream) {
+Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project = true) {
   const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
   const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
   Status s = launch(detail::gram_kernel<D, kQ>, dim3(detail::gram_chunks(rows), heads, k.B),
                     0, stream, k, kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
   if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
                        kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);
-  if (s.ok) s = launch(detail::ku_kernel<D, kQ>, dim3(tiles, heads, k.B), 0, stream, k,
-                       kQ ? "dK compensation Q U" : "thresh-lowrank K U", detail::kBwdThreads);
+  if (s.ok && project) {
+    s = launch(detail::ku_kernel<D, kQ>, dim3(tiles, heads, k.B), 0, stream, k,
+               kQ ? "dK compensation Q U" : "thresh-lowrank K U", detail::kBwdThreads);
+  }
   return s;
 }
 
@@ -639,8 +642,9 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   // whole, so they need no zeroing).
   cudaEvent_t join_k = nullptr, join_q = nullptr;
   if (thresh) {
+    const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
     Status s = fork_prepass(st, 0, &join_k, [&](cudaStream_t ss) {
-      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss) : lowrank_prepass<128, false>(kp, ss);
+      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss, project) : lowrank_prepass<128, false>(kp, ss, project);
     });
     if (s.ok && kp.qu != nullptr) {
       s = fork_prepass(st, 1, &join_q, [&](cudaStream_t ss) {

@@ -216,7 +216,9 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   load_tile_async<kBwdBlock, D, kBwdThreads>(sK, rows.x.data, rows.x.s0, rows.x.s1, rows.x.s2, b, j0, count, hk);
   cp_async_commit();
   const float* u = rows.u + (static_cast<int64_t>(b) * rows.heads + hk) * D * kLowRank;
-  for (int x = threadIdx.x; x < D * kLowRank; x += kBwdThreads) su[x] = u[x];
+  // K U is bf16(K bf16(U)) (the product the v3 kernels form on the tensor cores; the CPU emulator's form); the
+  // dK compensation's Q U keeps the FP32 basis.
+  for (int x = threadIdx.x; x < D * kLowRank; x += kBwdThreads) su[x] = kQ ? u[x] : round_bf16(u[x]);
   cp_async_wait<0>();
   __syncthreads();
   const int r = threadIdx.x >> 1, c0 = (threadIdx.x & 1) * 4;

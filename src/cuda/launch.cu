@@ -404,11 +404,16 @@ Status fork_prepass(cudaStream_t main, int which, cudaEvent_t* join, Work work) 
   }
   cudaEventDestroy(fork);  // released once recorded work completes
   Status s = work(side);
-  if (!s.ok) return s;
-  if (cudaEventCreateWithFlags(join, cudaEventDisableTiming) != cudaSuccess || cudaEventRecord(*join, side) != cudaSuccess) {
-    return last_error("pre-pass join");
+  if (s.ok && (cudaEventCreateWithFlags(join, cudaEventDisableTiming) != cudaSuccess ||
+               cudaEventRecord(*join, side) != cudaSuccess)) {
+    s = last_error("pre-pass join");
   }
-  return {};
+  if (!s.ok) {  // what was queued on the side stream must not outlive the call that owns the workspace
+    cudaStreamSynchronize(side);
+    if (*join != nullptr) cudaEventDestroy(*join);
+    *join = nullptr;
+  }
+  return s;
 }
 
 Status join_prepass(cudaStream_t main, cudaEvent_t join) {

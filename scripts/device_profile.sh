@@ -4,6 +4,7 @@
 # forward and backward kernels, and the CUDA outputs of thresh-lowrank on a few stress cases (for a comparison
 # with the CPU emulator on this machine). Needs .prebuilt for the commit (scripts/device_prebuild.sh).
 # Device tool: `GPROJ_COMMIT=<commit> bash scripts/device_profile.sh`, carry [".gproj_commit", ".prebuilt"].
+# PROFILE_INPUTS passes input options to the benchmark, e.g. "--q-scale 4" (trained-like rows) or "--sink".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"
@@ -12,12 +13,14 @@ source scripts/device_env.sh
 [ -n "$prebuilt" ] || { echo "device_profile: .prebuilt is not for $GPROJ_COMMIT; run scripts/device_prebuild.sh" >&2; exit 1; }
 bench=.prebuilt/bin/cuda_attention_bench gproj_bin=.prebuilt/bin/gproj
 shape="${PROFILE_SHAPE:-128:4096:0}"
-echo "gproj commit: $GPROJ_COMMIT; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$out/profile/env.txt"
+read -r -a inputs <<<"${PROFILE_INPUTS:-}"
+echo "gproj commit: $GPROJ_COMMIT; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); inputs: ${PROFILE_INPUTS:-Gaussian}" |
+  tee "$out/profile/env.txt"
 
 # Per-kernel time of each configuration (--reps 1: one warm-up and one timed call of forward and backward).
 for label in ${PROFILE_LABELS:-baseline base-v1 gproj gproj-v1}; do
   timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base "$bench" --only "$label" --shape "$shape" \
-    --reps 1 >"$out/profile/times_$label.csv" 2>"$out/profile/times_$label.err"
+    --reps 1 "${inputs[@]}" >"$out/profile/times_$label.csv" 2>"$out/profile/times_$label.err"
   echo "== $label ($shape): rc=$?"
   # kernel name, duration (ns) of the last call of each kernel (the timed backward)
   python3 - "$out/profile/times_$label.csv" <<'PY'
@@ -44,7 +47,8 @@ done
   k=${kl%%:*} label=${kl##*:}
   timeout 120 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis "$bench" --only "$label" --shape "$shape" --reps 1 >"$out/profile/ncu_${k}_$label.txt" 2>&1
+    --section MemoryWorkloadAnalysis "$bench" --only "$label" --shape "$shape" --reps 1 "${inputs[@]}" \
+    >"$out/profile/ncu_${k}_$label.txt" 2>&1
   echo "== ncu $k ($label): rc=$?"
 done
 

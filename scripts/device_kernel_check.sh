@@ -6,9 +6,8 @@
 #   GPROJ_COMMIT=<commit> TEST_FILTER='*Wgmma*' SMALL_FILTER='Awkward/CudaSweep.WgmmaBackward*/q97_k97_h2x2_d128*' \
 #     BENCH_LABELS='baseline base-v31' bash scripts/device_kernel_check.sh
 # with carry [".gproj_commit", ".prebuilt"] and .prebuilt from scripts/device_prebuild.sh at that commit.
-# ALT_PREBUILT=<dir> (carried too) also runs TEST_FILTER with that folder's cuda_tests (its pack.tar.xz and
-# COMMIT, e.g. an earlier commit's binaries from scripts/device_prebuild_alt.sh), to tell which commit a failure
-# came with.
+# ALT_PREBUILT="<dir> ..." (carried too) also runs TEST_FILTER with each folder's cuda_tests (its pack.tar.xz and
+# COMMIT: earlier commits' binaries from scripts/device_prebuild_alt.sh), to tell which commits a failure came with.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gproj-out}"
@@ -28,14 +27,14 @@ t0=$(date +%s)
 timeout 240 "$bin/cuda_tests" --gtest_filter="${TEST_FILTER:-*}" >"$out/cuda_tests.log" 2>&1
 note "cuda_tests ${TEST_FILTER:-*}: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_tests.log" | head -3 | tr '\n' ' ')"
 grep -E "^\[  FAILED  \]|Failure|error" "$out/cuda_tests.log" | head -20
-if [ -n "${ALT_PREBUILT:-}" ]; then
-  alt_commit=$(cat "$ALT_PREBUILT/COMMIT" 2>/dev/null || echo unknown)
-  [ -x "$ALT_PREBUILT/bin/cuda_tests" ] || tar xJf "$ALT_PREBUILT/pack.tar.xz" -C "$ALT_PREBUILT"
+for alt in ${ALT_PREBUILT:-}; do
+  alt_commit=$(cat "$alt/COMMIT" 2>/dev/null || echo unknown)
+  [ -x "$alt/bin/cuda_tests" ] || tar xJf "$alt/pack.tar.xz" -C "$alt"
   t0=$(date +%s)
-  timeout 240 "$ALT_PREBUILT/bin/cuda_tests" --gtest_filter="${TEST_FILTER:-*}" >"$out/cuda_tests_alt.log" 2>&1
-  note "cuda_tests ${TEST_FILTER:-*} at $alt_commit: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_tests_alt.log" | head -3 | tr '\n' ' ')"
-  grep -E "^\[  FAILED  \]" "$out/cuda_tests_alt.log" | head -20
-fi
+  timeout 240 "$alt/bin/cuda_tests" --gtest_filter="${TEST_FILTER:-*}" >"$out/cuda_tests_$alt_commit.log" 2>&1
+  note "cuda_tests ${TEST_FILTER:-*} at $alt_commit: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_tests_$alt_commit.log" | head -3 | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]" "$out/cuda_tests_$alt_commit.log" | head -20
+done
 
 [ -z "${SMALL_FILTER:-}" ] || run_sanitizers "$out" "$bin/cuda_tests" "$SMALL_FILTER" memcheck racecheck synccheck
 

@@ -266,6 +266,36 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
   }
 }
 
+// thresh-lowrank on sharp rows at D = 128 (queries x 4: ~3 entries >= 1/16 a row, as in trained attention; the
+// stress suite's sharp cases are D = 64): the default v3.2 kernel's list appends, K U formed in the kernel, and
+// the dQ correction's per-key dK table past its 64 slots (64 rows listing ~190 distinct keys), against the same
+// bars and the CPU emulator. GQA (4 query heads on 2 kv heads), causal and not.
+TEST(Cuda, ThreshLowRankOnSharpRowsAtD128) {
+  GPROJ_REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    SyntheticSpec spec;
+    spec.Nq = spec.Nk = 1024;
+    spec.H = 4;
+    spec.Hkv = 2;
+    spec.D = 128;
+    spec.causal = causal;
+    spec.q_std = 4.0f;
+    spec.seed = 77;
+    const AttentionState s = make_synthetic(spec);
+    const OracleRun oracle = run_oracle(s);
+    const FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+    const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
+    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+    std::printf("  sharp d128 %-6s cuda dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%); %s\n", causal ? "causal" : "full",
+                100 * gpu.dq.rel_fro, 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro, 100 * cpu.dk.rel_fro,
+                gpu.bwd.kernels.c_str());
+    EXPECT_LE(gpu.dq.rel_fro, 0.005) << causal;
+    EXPECT_LE(gpu.dk.rel_fro, 0.005) << causal;
+    EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << causal;
+    EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << causal;
+  }
+}
+
 // Each forward (v1 and the default v2.2) on the stress suite, ties at the row max included: O as accurate as the
 // CPU emulator's (its error against float64 at most a third of an output rounding above), for baseline and
 // fwdfix. fwdfix's tie decisions are per key block of 64 on both sides: a decision the GPU missed would leave

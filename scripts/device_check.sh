@@ -54,9 +54,10 @@ t0=$(date +%s)
 timeout 150 "$cuda_tests_bin" >"$out/cuda_tests.log" 2>&1
 note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
 
-# Small cases of every kernel path: the default and wide backward, and (odd row count) pweighted and thresh-lowrank.
+# Small cases of every kernel path: the default and wide backward, thresh-lowrank on v3.1 (D = 64) and v3.2
+# (D = 128: its in-kernel K U and the per-key dK table), and (odd row count) pweighted and thresh-lowrank.
 # synccheck: the named barriers and mbarriers of the TMA kernels.
-small='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Cuda.OddRowCountKeepsTheWorkspaceAligned'
+small='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Awkward/CudaSweep.ThreshLowRankMatchesOracleAndCpu/q97_k97_h2x2_d128*:Cuda.OddRowCountKeepsTheWorkspaceAligned'
 run_sanitizers "$out" "$cuda_tests_bin" "$small" memcheck racecheck synccheck
 
 t0=$(date +%s)

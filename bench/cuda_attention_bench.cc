@@ -147,14 +147,15 @@ int main(int argc, char** argv) {
           Projection projection;
           int wgmma_forward = -1;   // -1 auto (v2.2 where it applies), 0 v1, 1 v2.1, 2 v2.2 (TMA)
           int wgmma_backward = -1;  // -1 auto (v3.2 at D = 128, v3.1 at D = 64, where they apply), 0 v1, 1 v3.0,
-                                    // 2 v3.1, 3 v3.2
+                                    // 2 v3.1, 3 v3.2, 4 v3.3
           int backward_warps = 4;
           bool row_stats = false;   // the audit's r_i, s_i (the main kernel's kStats form): only with --only
           int dk_rank = 0;          // FlashParams::dk_compensation_rank (CUDA: 8, D = 64 only)
         };
         // baseline and gproj (thresh-lowrank): the defaults (forward v2.2, backward v3.2 / v3.1); -v1: the
         // mma.sync kernels both ways; gproj-pw: the pweighted projection (v1 backward); base-fwd1 / base-fwd21:
-        // the v1 / v2.1 forward; base-v31 / gproj-v31: the v3.1 backward; on demand (--only): base-w8-wg, the
+        // the v1 / v2.1 forward; base-v31 / gproj-v31: the v3.1 backward; base-v33 / gproj-v33: v3.3 (16-byte dQ
+        // atomics, experimental, D = 128); on demand (--only): base-w8-wg, the
         // wide backward with the v2.1 forward; base-wgbwd, v3.0; base-stats, the audit's statistics. gproj-dkc:
         // gproj with the dK compensation (experimental; D = 64 rows only).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
@@ -167,6 +168,8 @@ int main(int argc, char** argv) {
                                   Config{"base-fwd21", Variant::kBaseline, kNone, 1},
                                   Config{"base-v31", Variant::kBaseline, kNone, -1, 2},
                                   Config{"gproj-v31", Variant::kGproj, kThresh, -1, 2},
+                                  Config{"base-v33", Variant::kBaseline, kNone, -1, 4},
+                                  Config{"gproj-v33", Variant::kGproj, kThresh, -1, 4},
                                   Config{"base-w8-wg", Variant::kBaseline, kNone, 1, -1, 8},
                                   Config{"base-wgbwd", Variant::kBaseline, kNone, -1, 1},
                                   Config{"base-stats", Variant::kBaseline, kNone, -1, -1, 4, true},
@@ -175,6 +178,7 @@ int main(int argc, char** argv) {
           const bool on_demand = cfg.row_stats || cfg.backward_warps == 8 || cfg.wgmma_backward == 1;
           if (only.empty() ? on_demand : only != cfg.label) continue;
           if (cfg.dk_rank != 0 && D != 64) continue;
+          if (cfg.wgmma_backward == 4 && D != 128) continue;  // v3.3: D = 128 only
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;

@@ -74,7 +74,8 @@ struct FlashParams {
                                        // deterministic: v3.2 at D = 128, v3.1 at D = 64; else the v1 kernels),
                                        // 0 = the v1 mma.sync kernels, 1 = v3.0 (wgmma, experimental), 2 = v3.1
                                        // (wgmma + TMA, flash_bwd_wg.cuh), 3 = v3.2 (v3.1 with dQ's columns split
-                                       // between the warpgroups at D = 128; v3.1 itself at D = 64); an explicit
+                                       // between the warpgroups at D = 128; v3.1 itself at D = 64), 4 = v3.3
+                                       // (experimental, D = 128: v3.2 with 16-byte dQ atomics); an explicit
                                        // version is refused, not rerouted, where it does not apply
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.

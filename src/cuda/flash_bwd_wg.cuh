@@ -137,7 +137,11 @@ __device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t*
 // kSplitDq (v3.2, on v3.1; D = 128, else v3.1 itself): the two warpgroups meet once per block at a 256-thread
 // barrier after both have stored bf16(dS), and each adds dQ[:, 64 wg ..] over all 128 keys: half the dQ atomics
 // of v3.1, one coupling point per block.
-template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false>
+// kVecDq (v3.3, experimental, on v3.2 at D = 128): lane pairs (tq, tq ^ 1) swap half their dQ values so that each
+// lane adds four consecutive columns of one row with one 16-byte atomic: half the atomic instructions, the same
+// bytes (whether instructions or bytes limit v3.2 is what it measures).
+template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
+          bool kVecDq = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -145,6 +149,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kThresh || (kTma && !kStats), "thresh-lowrank runs on v3.1, with its own statistics");
   static_assert(!kSplitDq || kTma, "v3.2 is a form of v3.1");
   static_assert(!kDkComp || (kThresh && D == 64 && !kSplitDq), "dK compensation: thresh-lowrank on v3.1, D = 64");
+  static_assert(!kVecDq || (kSplitDq && D == 128), "v3.3 is a form of v3.2 at D = 128");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -546,8 +551,22 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const int col = nb * 64 + n * 8 + 2 * tq;
-        if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
-        if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
+        if constexpr (kVecDq) {  // even tq: row_a, columns 2 tq .. 2 tq + 3; odd tq: row_b, columns 2 tq - 2 .. 2 tq + 1
+          const bool even = (tq & 1) == 0;
+          const float s0 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 2] : dqa[4 * n], 1);
+          const float s1 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 3] : dqa[4 * n + 1], 1);
+          if (even && row_a < p.Nq) {
+            atomicAdd(reinterpret_cast<float4*>(p.dq_acc + (bh * p.Nq + row_a) * D + col),
+                      make_float4(dqa[4 * n], dqa[4 * n + 1], s0, s1));
+          }
+          if (!even && row_b < p.Nq) {
+            atomicAdd(reinterpret_cast<float4*>(p.dq_acc + (bh * p.Nq + row_b) * D + col - 2),
+                      make_float4(s0, s1, dqa[4 * n + 2], dqa[4 * n + 3]));
+          }
+        } else {
+          if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
+          if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
+        }
       }
     }
     if constexpr (kTma) {

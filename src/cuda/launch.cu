@@ -256,9 +256,10 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
   return {};
 }
 
-template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false>
+template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
+          bool kVecDq = false>
 Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 grid, cudaStream_t stream) {
-  return launch_args(detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq, kDkComp>, grid,
+  return launch_args(detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq, kDkComp, kVecDq>, grid,
                      detail::kWgThreads, detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq, kDkComp>(), stream,
                      "backward main, wgmma", k, maps);
 }
@@ -274,8 +275,9 @@ Status bwd_tma_maps(detail::TmaMaps* maps, const Problem& p, const DeviceTensor&
 }
 
 // The wgmma backward main kernel (128 keys per CTA): v3.0 (version 1), the TMA-fed v3.1 (version 2, `maps`
-// from bwd_tma_maps) or v3.2 (version 3: v3.1 with dQ's columns split between the warpgroups), with the row
-// statistics only when the audit asks for them; `thresh`: the thresh-lowrank form of v3.1 / v3.2.
+// from bwd_tma_maps), v3.2 (version 3: v3.1 with dQ's columns split between the warpgroups) or v3.3 (version 4,
+// experimental, D = 128: v3.2 with 16-byte dQ atomics), with the row statistics only when the audit asks for them;
+// `thresh`: the thresh-lowrank form of v3.1 / v3.2 / v3.3.
 template <int D>
 Status backward_wgmma(const KernelParams& k, int version, bool thresh, const detail::TmaMaps& maps,
                       cudaStream_t stream) {
@@ -283,6 +285,13 @@ Status backward_wgmma(const KernelParams& k, int version, bool thresh, const det
   if (version == 1) {
     return k.row_stats ? launch_bwd_wg<D, true, false>(k, maps, grid, stream)
                        : launch_bwd_wg<D, false, false>(k, maps, grid, stream);
+  }
+  if constexpr (D == 128) {
+    if (version == 4) {
+      if (thresh) return launch_bwd_wg<D, false, true, true, true, false, true>(k, maps, grid, stream);
+      return k.row_stats ? launch_bwd_wg<D, true, true, false, true, false, true>(k, maps, grid, stream)
+                         : launch_bwd_wg<D, false, true, false, true, false, true>(k, maps, grid, stream);
+    }
   }
   if (version == 3) {
     if (thresh) return launch_bwd_wg<D, false, true, true, true>(k, maps, grid, stream);
@@ -477,7 +486,8 @@ namespace {
 // backward_launch made.
 std::string backward_kernel_name(const FlashParams& params, bool tc, int wg_version, bool dk_comp) {
   std::string name;
-  if (wg_version == 3) name = "backward v3.2 (wgmma, TMA, dQ columns split)";
+  if (wg_version == 4) name = "backward v3.3 (wgmma, TMA, dQ columns split, 16-byte dQ atomics)";
+  else if (wg_version == 3) name = "backward v3.2 (wgmma, TMA, dQ columns split)";
   else if (wg_version == 2) name = "backward v3.1 (wgmma, TMA)";
   else if (wg_version == 1) name = "backward v3.0 (wgmma)";
   else if (params.variant != Variant::kFp32 && tc) name = params.cuda_backward_warps == 8 ? "backward v1 wide (mma.sync)" : "backward v1 (mma.sync)";
@@ -600,9 +610,13 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   const bool v31_applies = common && (plain || (var == Variant::kGproj &&
                                                 effective_projection(p.params) == Projection::kThreshLowRank));
   int wg_version = p.params.cuda_backward_wgmma;
-  if (wg_version < -1 || wg_version > 3) {
+  if (wg_version < -1 || wg_version > 4) {
     return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be -1 (auto), 0 (the v1 kernels), 1 (v3.0), "
-                                             "2 (v3.1) or 3 (v3.2); got " + std::to_string(wg_version));
+                                             "2 (v3.1), 3 (v3.2) or 4 (v3.3); got " + std::to_string(wg_version));
+  }
+  if (wg_version == 4 && p.D != 128) {
+    return fail(ErrorCode::kUnsupported, "cuda_backward_wgmma = 4 (v3.3, experimental) serves D = 128 only; got D = " +
+                                             std::to_string(p.D));
   }
   if (wg_version == -1) wg_version = !v31_applies ? 0 : p.D == 128 ? 3 : 2;  // v3.2 at D = 128, v3.1 at D = 64
   if (wg_version == 1 && !(common && plain)) {

@@ -109,7 +109,7 @@ TEST_P(CudaSweep, WideBackwardMatchesOracleAndCpu) {
 }
 
 // Each backward main kernel for baseline and fwdfix (FlashParams::cuda_backward_wgmma: 0 = the v1 mma.sync
-// kernels, 1 = v3.0, 2 = v3.1, 3 = v3.2; auto takes v3.2 at D = 128, v3.1 at D = 64): the same oracle and CPU
+// kernels, 1 = v3.0, 2 = v3.1, 3 = v3.2, 4 = v3.3 at D = 128; auto takes v3.2 at D = 128, v3.1 at D = 64): the same oracle and CPU
 // agreement; refusals in
 // Cuda.UnsupportedRequestsAreErrors.
 TEST_P(CudaSweep, WgmmaBackwardMatchesOracleAndCpu) {
@@ -119,7 +119,8 @@ TEST_P(CudaSweep, WgmmaBackwardMatchesOracleAndCpu) {
   const SweepInputs in = sweep_inputs(c, 11000);
   for (Variant v : {Variant::kBaseline, Variant::kFwdfix}) {
     const VariantRun cpu = run_variant(in.s, test::params_for(v), in.oracle, Device::kCpu);
-    for (int version : {0, 1, 2, 3}) {  // v1 (mma.sync), v3.0 (wgmma, cp.async), v3.1 (wgmma, TMA), v3.2
+    for (int version : {0, 1, 2, 3, 4}) {  // v1 (mma.sync), v3.0 (wgmma, cp.async), v3.1 (wgmma, TMA), v3.2, v3.3
+      if (version == 4 && c.D != 128) continue;
       FlashParams p = test::params_for(v);
       p.cuda_backward_wgmma = version;
       const VariantRun gpu = run_variant(in.s, p, in.oracle, Device::kCuda);
@@ -190,7 +191,8 @@ TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
   const VariantRun& ref = in.ref;
   FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
   const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
-  for (int version : {0, 2, 3}) {  // on the v1 kernel, v3.1 (the default) and v3.2
+  for (int version : {0, 2, 3, 4}) {  // on the v1 kernel, v3.1 (the default at D = 64), v3.2 and v3.3 (D = 128)
+    if (version == 4 && c.D != 128) continue;
     p.cuda_backward_wgmma = version;
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank v" + std::to_string(version));
@@ -422,6 +424,19 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
       EXPECT_TRUE(msg.find("cuda_backward_wgmma") != std::string::npos ||
                   msg.find("dk_compensation_rank") != std::string::npos) << msg;
     }
+  }  // v3.3 (experimental) is a D = 128 kernel: at D = 64 the request is refused too.
+  test::Case c64{64, 64, 2, 2, 64, false, 64, 64};
+  const AttentionState s64 = test::state_for(c64, 3);
+  const ForwardResult f64 = attention_forward(Device::kCuda, s64.q.view(), s64.k.view(), s64.v.view(), base);
+  FlashParams v33 = base;
+  v33.cuda_backward_wgmma = 4;
+  try {
+    attention_backward(Device::kCuda, s64.q.view(), s64.k.view(), s64.v.view(), f64.o.view(), f64.o_fp32.view(),
+                       f64.lse.view(), s64.dout.view(), v33);
+    ADD_FAILURE() << "v3.3 at D = 64 was expected to be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda_backward_wgmma = 4"), std::string::npos) << e.what();
   }
 }
 

@@ -298,6 +298,38 @@ TEST(Cuda, ThreshLowRankOnSharpRowsAtD128) {
   }
 }
 
+// thresh-lowrank with 20480 keys (320 tiles): the Gram matrix's chunks grow past kGramTiles tiles so that a head
+// has at most 16 partial matrices (src/cuda/projection_tc.cuh, gram_chunk_tiles), the one shape family where the
+// chunk size is not the minimum. D = 64 and 128, causal (bottom-right) and not, GQA; bars and CPU agreement as above.
+TEST(Cuda, ThreshLowRankWithManyKeysUsesEveryGramChunk) {
+  GPROJ_REQUIRE_GPU();
+  for (int64_t D : {64, 128}) {
+    for (bool causal : {false, true}) {
+      SyntheticSpec spec;
+      spec.Nq = 64;
+      spec.Nk = 20480;
+      spec.H = 2;
+      spec.Hkv = 1;
+      spec.D = D;
+      spec.causal = causal;
+      spec.q_std = 2.0f;
+      spec.seed = 91;
+      const AttentionState s = make_synthetic(spec);
+      const OracleRun oracle = run_oracle(s);
+      const FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+      const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
+      const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+      std::printf("  20480 keys d%lld %-6s cuda dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%)\n", static_cast<long long>(D),
+                  causal ? "causal" : "full", 100 * gpu.dq.rel_fro, 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro,
+                  100 * cpu.dk.rel_fro);
+      EXPECT_LE(gpu.dq.rel_fro, 0.005) << D << " " << causal;
+      EXPECT_LE(gpu.dk.rel_fro, 0.005) << D << " " << causal;
+      EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << D << " " << causal;
+      EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << D << " " << causal;
+    }
+  }
+}
+
 // Each forward (v1 and the default v2.2) on the stress suite, ties at the row max included: O as accurate as the
 // CPU emulator's (its error against float64 at most a third of an output rounding above), for baseline and
 // fwdfix. fwdfix's tie decisions are per key block of 64 on both sides: a decision the GPU missed would leave

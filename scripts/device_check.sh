@@ -77,7 +77,7 @@ timeout 120 "$bench_bin" >"$out/cuda_bench.txt" 2>&1
 note "cuda_attention_bench: rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench.txt"
 # gproj's per-entry work (row lists) on sharper rows: random inputs leave the lists empty at N = 4k. Then an
-# attention sink: 84% of the rows list key 0 (median P 0.41), each adding its dK correction to that one key.
+# attention sink: 84% of the rows list key 0 (bench/row_entries.py), each adding its dK correction to that one key.
 t0=$(date +%s)
 {
   for shape in 128:4096:0 128:4096:1; do

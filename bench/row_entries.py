@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""How many entries of each softmax row reach thresh-lowrank's threshold (bf16(P) >= 1/16), on attention state
+files and on the benchmark's synthetic inputs (Gaussian; queries x 2 and x 4, `cuda_attention_bench --q-scale`;
+an attention sink, `--sink`, built the same way as there). The per-entry work of gproj's projection (the row
+lists) scales with this count, so it says which benchmark inputs look like trained attention
+(docs/perf-notes.md). CPU only (torch); prints a Markdown table and writes it with --out."""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import struct
+import sys
+
+import torch
+
+
+def read_state(path):
+    """q, k (B, N, H, D) as float32 and the `causal` flag of a BF16 safetensors attention state."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        sys.exit(f"{path}: truncated (no safetensors header)")
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for name in ("q", "k"):
+        entry = header.get(name)
+        if entry is None or entry["dtype"] != "BF16" or len(entry["shape"]) != 4:
+            sys.exit(f"{path}: needs rank-4 BF16 tensors q and k")
+        begin, end = entry["data_offsets"]
+        raw = bytearray(blob[8 + n + begin:8 + n + end])
+        out[name] = torch.frombuffer(raw, dtype=torch.bfloat16).reshape(entry["shape"]).float()
+    causal = str(header.get("__metadata__", {}).get("causal", "false")).lower() in ("1", "true")
+    return out["q"], out["k"], causal
+
+
+def row_entries(q, k, causal, threshold=1.0 / 16):
+    """Mean count per row of softmax entries with bf16(P) >= threshold, the share of rows with one or more, the
+    mean row max of P, and the share of rows whose threshold entries include key 0 (a sink)."""
+    B, N, H, D = q.shape
+    qh = q.permute(0, 2, 1, 3)
+    kh = k.permute(0, 2, 1, 3).repeat_interleave(H // k.shape[2], dim=1)
+    s = qh @ kh.transpose(-1, -2) / math.sqrt(D)
+    if causal:  # bottom-right aligned, as everywhere in gproj
+        Nk = kh.shape[2]
+        keep = torch.ones(N, Nk, dtype=torch.bool).tril(Nk - N)
+        s = s.masked_fill(~keep, float("-inf"))
+    p = s.softmax(-1).to(torch.bfloat16).float()
+    listed = p >= threshold
+    count = listed.sum(-1).float()
+    return {"entries_per_row": count.mean().item(), "rows_with_entries": (count > 0).float().mean().item(),
+            "mean_max_p": p.max(-1).values.mean().item(), "rows_listing_key0": listed[..., 0].float().mean().item()}
+
+
+def synthetic(N, D, q_scale=1.0, sink=False, H=2, seed=0):
+    """The benchmark's inputs: Gaussian q, k; q_scale multiplies q; sink adds 4 to every q[..., 0] and sets key 0's
+    first element to 24 (cuda_attention_bench.cc, --sink)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, N, H, D, generator=g) * q_scale
+    k = torch.randn(1, N, H, D, generator=g)
+    if sink:
+        q[..., 0] += 4.0
+        k[:, 0, :, 0] = 24.0
+    return q.bfloat16().float(), k.bfloat16().float()
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--state", nargs="*", default=[], help="attention state files (safetensors, BF16 q, k)")
+    ap.add_argument("--n", type=int, default=4096, help="sequence length of the synthetic inputs")
+    ap.add_argument("--d", type=int, default=128, help="head dimension of the synthetic inputs")
+    ap.add_argument("--out", default=None, help="also write the Markdown here (atomically)")
+    args = ap.parse_args(argv[1:])
+    if args.n < 1 or args.d < 1:
+        ap.error("--n and --d must be positive")
+    rows = []
+    for path in args.state:
+        q, k, causal = read_state(path)
+        rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})", row_entries(q, k, causal)))
+    for label, kw in (("Gaussian", {}), ("Gaussian, q x 2", {"q_scale": 2.0}), ("Gaussian, q x 4", {"q_scale": 4.0}),
+                      ("Gaussian, sink at key 0", {"sink": True})):
+        for causal in (False, True):
+            q, k = synthetic(args.n, args.d, **kw)
+            rows.append((f"{label}, N = {args.n}, D = {args.d} ({'causal' if causal else 'full'})",
+                         row_entries(q, k, causal)))
+    lines = [f"<!-- python3 {' '.join(argv)}; torch {torch.__version__}, Python {platform.python_version()}, "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC -->",
+             "| inputs | entries >= 1/16 per row | rows with one or more | mean max P | rows listing key 0 |",
+             "|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r['entries_per_row']:.2f} | {100 * r['rows_with_entries']:.1f}% | "
+                     f"{r['mean_max_p']:.3f} | {100 * r['rows_listing_key0']:.1f}% |")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        tmp = f"{args.out}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

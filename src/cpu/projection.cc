@@ -93,6 +93,15 @@ void top_eigenvectors(const std::vector<double>& G, int n, int r, std::vector<do
   }
 }
 
+// X^T X (D x D, double) of the n rows of X (n x D, row-major): the matrix whose top eigenvectors the bases span.
+std::vector<double> gram_matrix(const float* X, int64_t n, int D) {
+  std::vector<double> g(static_cast<size_t>(D) * D, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int a = 0; a < D; ++a)
+      for (int b = 0; b < D; ++b) g[a * D + b] += double(X[i * D + a]) * X[i * D + b];
+  return g;
+}
+
 // The GPU's basis for the tail of thresh-lowrank and topk-lowrank: the subspace iteration runs on at least
 // kBasisVectors columns (the GPU pre-pass iterates 8) and the tail uses the first r. Iterating more columns than
 // are kept makes the kept ones converge faster; the columns of a rank-r iteration are not the first r of it.
@@ -125,10 +134,7 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
   const bool gpu_lowrank = kind_ == Projection::kTopKLowRank || kind_ == Projection::kThreshLowRank;
   if (kind_ == Projection::kLowRank || gpu_lowrank) {
     const int D = h_.D;
-    std::vector<double> gram(static_cast<size_t>(D) * D, 0.0), V;
-    for (int64_t j = 0; j < h_.Nk; ++j)
-      for (int a = 0; a < D; ++a)
-        for (int b = 0; b < D; ++b) gram[a * D + b] += double(h_.K[j * D + a]) * h_.K[j * D + b];
+    std::vector<double> gram = gram_matrix(h_.K, h_.Nk, D), V;
     if (kind_ == Projection::kLowRank) {  // the study's reference form: exact eigenvectors (Jacobi)
       symmetric_eigen(gram, D, V);
       U_.resize(static_cast<size_t>(D) * rank_);
@@ -375,11 +381,8 @@ void RowProjection::finish() {
 DkCompensation::DkCompensation(const HeadView& head, int rank) : h_(head), rank_(std::min(rank, head.D)) {
   if (rank_ <= 0) return;
   const int D = h_.D;
-  std::vector<double> gram(static_cast<size_t>(D) * D, 0.0), V;
-  for (int64_t i = 0; i < h_.Nq; ++i)
-    for (int a = 0; a < D; ++a)
-      for (int b = 0; b < D; ++b) gram[a * D + b] += double(h_.Q[i * D + a]) * h_.Q[i * D + b];
-  top_eigenvectors(gram, D, rank_, V);
+  std::vector<double> V;
+  top_eigenvectors(gram_matrix(h_.Q, h_.Nq, D), D, rank_, V);
   U_.assign(V.begin(), V.end());
   QU_.assign(static_cast<size_t>(h_.Nq) * rank_, 0.0f);
   for (int64_t i = 0; i < h_.Nq; ++i)

@@ -80,6 +80,22 @@ __device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
 #endif
 }
 
+// kV = 2 or 4 consecutive floats added with one vector atomic (sm_90; dst aligned to 4 kV bytes), element by
+// element before sm_90.
+template <int kV>
+__device__ __forceinline__ void atomic_add_vec(float* dst, const float (&x)[kV]) {
+  static_assert(kV == 2 || kV == 4, "two or four elements");
+  if constexpr (kV == 2) {
+    atomic_add2(dst, x[0], x[1]);
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4*>(dst), make_float4(x[0], x[1], x[2], x[3]));
+#else
+    for (int e = 0; e < 4; ++e) atomicAdd(dst + e, x[e]);
+#endif
+  }
+}
+
 // Visibility of (row, col) for the P recomputation: inside the problem, causal limit, non-empty row.
 __device__ __forceinline__ bool visible(const KernelParams& p, int row, int col, float L) {
   return row < p.Nq && col < p.Nk && col <= last_visible(p, row) && L != neg_inf();

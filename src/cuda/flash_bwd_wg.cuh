@@ -556,12 +556,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           const float s0 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 2] : dqa[4 * n], 1);
           const float s1 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 3] : dqa[4 * n + 1], 1);
           if (even && row_a < p.Nq) {
-            atomicAdd(reinterpret_cast<float4*>(p.dq_acc + (bh * p.Nq + row_a) * D + col),
-                      make_float4(dqa[4 * n], dqa[4 * n + 1], s0, s1));
+            const float v[4] = {dqa[4 * n], dqa[4 * n + 1], s0, s1};
+            atomic_add_vec<4>(p.dq_acc + (bh * p.Nq + row_a) * D + col, v);
           }
           if (!even && row_b < p.Nq) {
-            atomicAdd(reinterpret_cast<float4*>(p.dq_acc + (bh * p.Nq + row_b) * D + col - 2),
-                      make_float4(s0, s1, dqa[4 * n + 2], dqa[4 * n + 3]));
+            const float v[4] = {s0, s1, dqa[4 * n + 2], dqa[4 * n + 3]};
+            atomic_add_vec<4>(p.dq_acc + (bh * p.Nq + row_b) * D + col - 2, v);
           }
         } else {
           if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);

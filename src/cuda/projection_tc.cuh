@@ -403,12 +403,10 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
       for (int e = 0; e < kV; ++e) atomicAdd(&tab.acc[slot * D + d0 + e], -w * x.q[e]);
       continue;
     }
-    float* dst = p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0;
-    if constexpr (kV == 4) {
-      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(-w * x.q[0], -w * x.q[1], -w * x.q[2], -w * x.q[3]));
-    } else {
-      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(-w * x.q[0], -w * x.q[1]));
-    }
+    float v[kV];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v[e] = -w * x.q[e];
+    atomic_add_vec<kV>(p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0, v);
   }
 }
 
@@ -455,13 +453,10 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   for (int s = warp; s < kSlots; s += kWarps) {  // the per-key sums to dk_acc: one vector atomic per lane and key
     const int j = tab_keys[s];
     if (j < 0) continue;
-    float* dst = p.dk_acc + (bh * p.Nk + j) * D + lane * kV;
-    const float* a = tab_acc + s * D + lane * kV;
-    if constexpr (kV == 4) {
-      atomicAdd(reinterpret_cast<float4*>(dst), *reinterpret_cast<const float4*>(a));
-    } else {
-      atomicAdd(reinterpret_cast<float2*>(dst), *reinterpret_cast<const float2*>(a));
-    }
+    float v[kV];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v[e] = tab_acc[s * D + lane * kV + e];
+    atomic_add_vec<kV>(p.dk_acc + (bh * p.Nk + j) * D + lane * kV, v);
   }
   const int d = threadIdx.x;
   if (d < D) {

@@ -432,6 +432,21 @@ Status join_prepass(cudaStream_t main, cudaEvent_t join) {
   return e == cudaSuccess ? Status{} : last_error("pre-pass join");
 }
 
+// The pre-passes' join events of one backward call: join() makes the caller's stream wait for them before the
+// kernels that read their results; on any earlier return the destructor does it, so no queued side-stream work
+// outlives the call that owns the workspace unordered.
+struct PrepassJoins {
+  cudaStream_t main;
+  cudaEvent_t k = nullptr, q = nullptr;
+  Status join() {
+    Status s = join_prepass(main, k);
+    if (Status sq = join_prepass(main, q); s.ok) s = sq;
+    k = q = nullptr;
+    return s;
+  }
+  ~PrepassJoins() { join(); }
+};
+
 // thresh-lowrank (docs/gproj-projection.md), after its pre-passes (lowrank_prepass): the main kernel with the row
 // lists and P (K U), the dQ postprocess with the corrections, the suffix sums of the uniform dK part.
 template <int D>
@@ -659,22 +674,18 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the memsets and the delta preprocess:
   // they read only q or k and write regions nothing else uses before the join (the Gram partials are stored
   // whole, so they need no zeroing).
-  cudaEvent_t join_k = nullptr, join_q = nullptr;
+  PrepassJoins joins{st};
   if (thresh) {
     const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
-    Status s = fork_prepass(st, 0, &join_k, [&](cudaStream_t ss) {
+    Status s = fork_prepass(st, 0, &joins.k, [&](cudaStream_t ss) {
       return p.D == 64 ? lowrank_prepass<64, false>(kp, ss, project) : lowrank_prepass<128, false>(kp, ss, project);
     });
     if (s.ok && kp.qu != nullptr) {
-      s = fork_prepass(st, 1, &join_q, [&](cudaStream_t ss) {
+      s = fork_prepass(st, 1, &joins.q, [&](cudaStream_t ss) {
         return p.D == 64 ? lowrank_prepass<64, true>(kp, ss) : lowrank_prepass<128, true>(kp, ss);
       });
     }
-    if (!s.ok) {
-      join_prepass(st, join_k);
-      join_prepass(st, join_q);
-      return s;
-    }
+    if (!s.ok) return s;
   }
   // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
   // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
@@ -683,8 +694,6 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     size_t zero_words = 3 * w.row + w.q + (pweighted ? w.q : 0);
     if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess ||
         (thresh && cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.thresh_zeroed(), st) != cudaSuccess)) {
-      join_prepass(st, join_k);
-      join_prepass(st, join_q);
       return last_error("workspace memset");
     }
   }
@@ -697,19 +706,14 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   } else {
     detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   }
-  if (Status s = last_error("backward preprocess"); !s.ok) {
-    join_prepass(st, join_k);
-    join_prepass(st, join_q);
-    return s;
-  }
+  if (Status s = last_error("backward preprocess"); !s.ok) return s;
   const bool det = p.params.deterministic;
   // The postprocess kernels take 4 elements per thread.
   const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;
   const auto qgrid = static_cast<unsigned>((nq + kPost - 1) / kPost), kgrid = static_cast<unsigned>((nk + kPost - 1) / kPost);
   if (thresh) {
     const detail::TmaMaps* v31 = wg_version >= 2 ? &maps : nullptr;
-    Status s = join_prepass(st, join_k);
-    if (Status sq = join_prepass(st, join_q); s.ok) s = sq;
+    Status s = joins.join();
     if (!s.ok) return s;
     s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
     if (!s.ok) return s;

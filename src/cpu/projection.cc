@@ -79,12 +79,18 @@ void top_eigenvectors(const std::vector<double>& G, int n, int r, std::vector<do
         }
       X.swap(Y);
     }
-    for (int c = 0; c < r; ++c) {  // modified Gram-Schmidt on the columns
-      for (int d = 0; d < c; ++d) {
-        double dot = 0;
-        for (int a = 0; a < n; ++a) dot += X[a * r + c] * X[a * r + d];
-        for (int a = 0; a < n; ++a) X[a * r + c] -= dot * X[a * r + d];
-      }
+    // Modified Gram-Schmidt on the columns; in the last step each column is swept twice over the earlier ones:
+    // where G has rank < r (fewer rows than columns, e.g. one query), a column of G X is its earlier columns plus
+    // rounding noise, and one sweep leaves it O(1) along them once normalised. The dK compensation's E U^T needs
+    // U^T U = I. (The steps before only carry the span, which a second sweep does not change.)
+    const int sweeps = it == kIters ? 2 : 1;
+    for (int c = 0; c < r; ++c) {
+      for (int sweep = 0; sweep < sweeps; ++sweep)
+        for (int d = 0; d < c; ++d) {
+          double dot = 0;
+          for (int a = 0; a < n; ++a) dot += X[a * r + c] * X[a * r + d];
+          for (int a = 0; a < n; ++a) X[a * r + c] -= dot * X[a * r + d];
+        }
       double norm = 0;
       for (int a = 0; a < n; ++a) norm += X[a * r + c] * X[a * r + c];
       norm = std::sqrt(norm);

@@ -109,7 +109,7 @@ __device__ __forceinline__ float start_value(int a, int c) {
 // Modified Gram-Schmidt of the kLowRank columns of X (column-major [8][D] in shared memory) by warp 0, the
 // columns in registers (lane holds rows lane + 32 m): the order of operations of orthonormalise in
 // src/cpu/projection.cc, in FP32.
-template <int D>
+template <int D, int kSweeps = 1>
 __device__ void orthonormalise_columns(float* X) {
   if (threadIdx.x >= 32) return;
   constexpr int kM = D / 32;
@@ -122,15 +122,17 @@ __device__ void orthonormalise_columns(float* X) {
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c) {
 #pragma unroll
-    for (int d = 0; d < c; ++d) {
-      float dot = 0.0f;
+    for (int sweep = 0; sweep < kSweeps; ++sweep)  // the last call: twice (top_eigenvectors says why)
 #pragma unroll
-      for (int m = 0; m < kM; ++m) dot = fmaf(x[c][m], x[d][m], dot);
+      for (int d = 0; d < c; ++d) {
+        float dot = 0.0f;
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        for (int m = 0; m < kM; ++m) dot = fmaf(x[c][m], x[d][m], dot);
 #pragma unroll
-      for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
-    }
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
+      }
     float norm = 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) norm = fmaf(x[c][m], x[c][m], norm);
@@ -196,7 +198,11 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
       for (int c = 0; c < kLowRank; ++c) X[c * D + a] = y[c];
     }
     __syncthreads();
-    orthonormalise_columns<D>(X);
+    if (it + 1 < kSubspaceIters) {
+      orthonormalise_columns<D>(X);
+    } else {
+      orthonormalise_columns<D, 2>(X);
+    }
     __syncthreads();
   }
   float* u = rows.u + (static_cast<int64_t>(b) * rows.heads + hk) * D * kLowRank;

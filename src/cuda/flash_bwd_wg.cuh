@@ -85,21 +85,32 @@ __device__ __forceinline__ void dk_compensate(const float* u_q, const float (&e)
       }
 }
 
-// thresh-lowrank: appends this thread's entries with bf16(P) >= thresh to their rows' lists, read back from the
-// warpgroup's bf16(P) tile sPw[query][key] (keys kl_a, kl_a + 8 of the block, queries 8 n + 2 tq + {0, 1}). Out of
-// line, with scalars only, as v1's append_large_entries (a warp calls it only when one of its entries is that
-// large: never on diffuse rows, a few times per block on trained attention, ~3.5 entries a row). The passing
-// candidates go into a bit mask first; then up to four at a time take their slots with atomics issued back to
-// back, so a thread waits for one atomic round trip per four entries instead of one per entry.
-__device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t* sPw, int64_t bh, int i0, int kl_a,
-                                                     int key_a, int tq) {
-  // Candidate c = 4 n + 2 e + half: query 8 n + 2 tq + e, key kl_a + 8 half.
-  const auto query = [&](int c) { return (c >> 2) * 8 + 2 * tq + ((c >> 1) & 1); };
-  const auto p_of = [&](int c) { return __bfloat162float(sPw[sw128_offset(query(c), kl_a + 8 * (c & 1), kWgBwdRows)]); };
+// thresh-lowrank: the list entries of this thread (bf16(P) >= thresh) as a mask over its 32 candidates c = 4 n +
+// 2 e + half: query 8 n + 2 tq + e, key key_a + 8 half, read from its bf16(P) fragments pf (element-wise layout:
+// pf[n / 2][2 (n % 2) + half] holds queries e = 0, 1 in its low and high halves).
+__device__ __forceinline__ uint32_t large_entry_mask(const uint32_t (&pf)[4][4], float thresh) {
   uint32_t mask = 0;
-  for (int c = 0; c < 32; ++c) {
-    if (i0 + query(c) < list.nq && p_of(c) >= list.thresh) mask |= 1u << c;
-  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t w = pf[n >> 1][(n & 1) * 2 + half];
+      if (bf16_lo(w) >= thresh) mask |= 1u << (4 * n + half);
+      if (bf16_hi(w) >= thresh) mask |= 1u << (4 * n + 2 + half);
+    }
+  return mask;
+}
+__device__ __forceinline__ int large_entry_query(int c, int tq) { return (c >> 2) * 8 + 2 * tq + ((c >> 1) & 1); }
+
+// thresh-lowrank, the rare rest of a thread's entries (more than the two whose list slots it claimed early, in
+// the kernel's loop): appends the candidates of `mask` (large_entry_mask's numbering) to their rows' lists,
+// bf16(P) read back from the warpgroup's tile sPw[query][key] (keys kl_a, kl_a + 8 of the block). Out of line,
+// scalars only; up to four candidates take their slots with atomics issued back to back.
+__device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t* sPw, int64_t bh, int i0, int kl_a,
+                                                     int key_a, int tq, uint32_t mask) {
+  const auto p_of = [&](int c) {
+    return __bfloat162float(sPw[sw128_offset(large_entry_query(c, tq), kl_a + 8 * (c & 1), kWgBwdRows)]);
+  };
   while (mask != 0) {
     int cand[4], slot[4];
 #pragma unroll
@@ -113,12 +124,13 @@ __device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t*
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       slot[u] = list.cap;
-      if (cand[u] >= 0) slot[u] = atomicAdd(&list.count[bh * list.nq + i0 + query(cand[u])], 1);
+      if (cand[u] >= 0 && i0 + large_entry_query(cand[u], tq) < list.nq)
+        slot[u] = atomicAdd(&list.count[bh * list.nq + i0 + large_entry_query(cand[u], tq)], 1);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       if (cand[u] >= 0 && slot[u] < list.cap) {
-        const int64_t at = (bh * list.nq + i0 + query(cand[u])) * list.cap + slot[u];
+        const int64_t at = (bh * list.nq + i0 + large_entry_query(cand[u], tq)) * list.cap + slot[u];
         list.j[at] = key_a + 8 * (cand[u] & 1);
         list.p[at] = p_of(cand[u]);
       }
@@ -445,7 +457,25 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     } else {
       elementwise(std::false_type{});
     }
-    const bool hit = kThresh && pmax >= p.thresh_unrounded;  // an entry of this thread's with bf16(P) >= thresh
+    // kThresh (v3.4): a thread with an entry of bf16(P) >= thresh (a few per block on trained attention, none on
+    // diffuse rows) claims the list slots of its first two now, so that the atomics' round trips overlap the dK,
+    // dV products below; it writes those entries after the barrier, and the rare rest (`more`) goes out of line.
+    uint32_t more = 0;
+    int claim_c[2] = {-1, -1}, claim_slot[2] = {0, 0};
+    if (kThresh && pmax >= p.thresh_unrounded) {
+      more = large_entry_mask(pf, p.thresh);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (more != 0) {
+          const int c = __ffs(more) - 1, q = i0 + large_entry_query(c, tq);
+          more &= more - 1;
+          if (q < p.Nq) {
+            claim_c[u] = c;
+            claim_slot[u] = atomicAdd(&p.list_count[bh * p.Nq + q], 1);
+          }
+        }
+      }
+    }
     // bf16(dS) into sdS[query][key] (block wg of 64 keys; row = query, column = the key within the block),
     // transposed by stmatrix: per pair of n-tiles the four 8 x 8 matrices (keys w4 16 + 0..7 | + 8..15) x
     // (queries 8 n + 0..7 | 8 (n + 1) + 0..7); lane l addresses row l % 8 of matrix l / 8.
@@ -500,10 +530,21 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       fence_regs(ecomp);
     }
     if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
-    if (kThresh && __any_sync(0xffffffffu, hit)) {  // sP is complete (the barrier above)
-      if (hit) {
-        append_large_entries_wg({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP + wg * BQ * 64, bh,
-                                i0, w4 * 16 + g, key_a, tq);
+    if constexpr (kThresh) {  // sP is complete (the barrier above); the claimed slots have long come back
+      const bf16_t* sPw = sP + wg * BQ * 64;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int c = claim_c[u];
+        if (c >= 0 && claim_slot[u] < p.list_cap) {
+          const int ql = large_entry_query(c, tq);
+          const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
+          p.list_j[at] = key_a + 8 * (c & 1);
+          p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
+        }
+      }
+      if (more != 0) {
+        append_large_entries_wg({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sPw, bh, i0,
+                                w4 * 16 + g, key_a, tq, more);
       }
     }
 

@@ -264,13 +264,27 @@ struct DkTable {
   static constexpr int kMaxProbes = 8;
   int* keys;                               // [kSlots], -1 = free
   float* acc;                              // [kSlots][D]
-  // The slot of key j (inserted if new), or -1 when kMaxProbes slots from its hash are taken by other keys. One
-  // lane calls it. Every lookup of j walks the same probe sequence, so a key never takes two slots.
-  __device__ int slot(int j) const {
+  // The slot of key j (inserted if new), or -1 when the kMaxProbes slots from its hash are taken by other keys.
+  // The whole warp calls it (j uniform): lanes 0..kMaxProbes-1 read one probe slot each, so a lookup costs one
+  // shared-memory round and two ballots, not one compare-and-swap per probe in turn (random keys fill the table
+  // and then every new key walked all kMaxProbes). A new key takes the first free slot of its sequence with one
+  // CAS (retried once if another key took it meanwhile). Slots are never freed, so two warps inserting j read
+  // the same first free slot and the loser's CAS returns j: a key never takes two slots. (If it did, the sums
+  // would still be right: every slot is flushed to dk_acc.)
+  __device__ int slot(int j, int lane) const {
     const int h0 = static_cast<int>((static_cast<uint32_t>(j) * 2654435761u) >> 16) & (kSlots - 1);
-    for (int probe = 0; probe < kMaxProbes; ++probe) {
-      const int s = (h0 + probe) & (kSlots - 1);
-      const int prev = atomicCAS(&keys[s], -1, j);
+    const volatile int* vkeys = keys;
+    const int mine = (h0 + (lane & (kMaxProbes - 1))) & (kSlots - 1);
+    for (int round = 0; round < 2; ++round) {
+      const int k = lane < kMaxProbes ? vkeys[mine] : -2;
+      const uint32_t hit = __ballot_sync(0xffffffffu, k == j);
+      if (hit != 0) return (h0 + __ffs(hit) - 1) & (kSlots - 1);
+      const uint32_t free = __ballot_sync(0xffffffffu, k == -1);
+      if (free == 0) return -1;
+      const int s = (h0 + __ffs(free) - 1) & (kSlots - 1);
+      int prev = 0;
+      if (lane == 0) prev = atomicCAS(&keys[s], -1, j);
+      prev = __shfl_sync(0xffffffffu, prev, 0);
       if (prev == -1 || prev == j) return s;
     }
     return -1;
@@ -401,9 +415,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   for (int t = 0; t < cnt; ++t) {
     const int j = __shfl_sync(0xffffffffu, jt, t);
     const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
-    int slot = 0;
-    if (lane == 0) slot = tab.slot(j);
-    slot = __shfl_sync(0xffffffffu, slot, 0);
+    const int slot = tab.slot(j, lane);
     if (slot >= 0) {  // into the CTA's per-key sum (shared-memory atomics)
 #pragma unroll
       for (int e = 0; e < kV; ++e) atomicAdd(&tab.acc[slot * D + d0 + e], -w * x.q[e]);

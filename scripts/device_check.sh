@@ -89,6 +89,27 @@ t0=$(date +%s)
     timeout 60 "$bench_bin" --only "$label" --shape 128:4096:0 --sink --reps 5 | grep -vE '^(variant|#)' | sed 's/$/  sink/'
   done
 } >"$out/cuda_bench_sharp.txt" 2>&1
+# COMPARE_BENCH=DIR (DIR/bench.tar.xz: an earlier commit's cuda_attention_bench, DIR/COMMIT its commit): gproj's
+# rows again, the earlier binary and this one in turn on the same inputs, for a before/after on this machine.
+if [ -n "${COMPARE_BENCH:-}" ] && [ -f "$COMPARE_BENCH/bench.tar.xz" ]; then
+  mkdir -p /tmp/compare_bench && tar xJf "$COMPARE_BENCH/bench.tar.xz" -C /tmp/compare_bench
+  old_commit=$(cat "$COMPARE_BENCH/COMMIT")
+  {
+    for inputs in "" "--q-scale 4" "--sink"; do
+      for shape in 128:4096:0 128:4096:1 64:1024:0; do
+        for which in "$old_commit" "$GPROJ_COMMIT"; do
+          b=$bench_bin
+          [ "$which" = "$old_commit" ] && b=/tmp/compare_bench/cuda_attention_bench
+          # shellcheck disable=SC2086
+          timeout 60 "$b" --only gproj --shape "$shape" $inputs --reps 5 | grep -vE '^(variant|#)' |
+            sed "s/\$/  ${inputs:-gaussian}  $which/"
+        done
+      done
+    done
+  } >"$out/cuda_bench_compare.txt" 2>&1
+  note "gproj, $old_commit then $GPROJ_COMMIT side by side: rc=$?"
+  cat "$out/cuda_bench_compare.txt"
+fi
 note "cuda_attention_bench --q-scale 4 and --sink (baseline, gproj at D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench_sharp.txt"
 timeout 30 "$probe_bin" >"$out/wgmma_probe.txt" 2>&1
@@ -100,7 +121,8 @@ fi
 note "python extension (GPROJ_CUDA=1): $(cat "$out/python_build.rc" 2>/dev/null || echo 'no result')"
 { readelf -d python/gproj/_C*.so | grep NEEDED; echo "ostream symbols defined in _C: $(nm -C --defined-only python/gproj/_C*.so | grep -c basic_ostream)"; } \
   >"$out/python_ext_linkage.txt" 2>&1
-if grep -q "^rc=0" "$out/python_build.rc" 2>/dev/null; then
+# SKIP_PYTHON=1 skips pytest and the Python benchmarks (a kernel-only iteration; the extension is still checked).
+if [ -z "${SKIP_PYTHON:-}" ] && grep -q "^rc=0" "$out/python_build.rc" 2>/dev/null; then
   t0=$(date +%s)
   PYTHONPATH=python timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_attention.py >"$out/pytest.log" 2>&1
   rc=$?

@@ -50,6 +50,18 @@ done
     --section MemoryWorkloadAnalysis "$bench" --only "$label" --shape "$shape" --reps 1 "${inputs[@]}" \
     >"$out/profile/ncu_${k}_$label.txt" 2>&1
   echo "== ncu $k ($label): rc=$?"
+  # PROFILE_SASS=1: also the full set, and the per-instruction source page (SASS with its stall samples) as CSV.
+  if [ "${PROFILE_SASS:-0}" = 1 ]; then
+    timeout 200 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --set full -f -o "$out/profile/rep_${k}_$label" \
+      "$bench" --only "$label" --shape "$shape" --reps 1 "${inputs[@]}" >"$out/profile/rep_${k}_$label.log" 2>&1
+    echo "== ncu --set full $k ($label): rc=$?"
+    ncu -i "$out/profile/rep_${k}_$label.ncu-rep" --page source --print-source sass --csv \
+      >"$out/profile/sass_${k}_$label.csv" 2>&1
+    echo "== ncu source page $k ($label): rc=$?"
+    ncu -i "$out/profile/rep_${k}_$label.ncu-rep" --page details --print-details all \
+      >"$out/profile/details_${k}_$label.txt" 2>&1
+    rm -f "$out/profile/rep_${k}_$label.ncu-rep"
+  fi
 done
 
 # CUDA outputs of the projections on a few stress cases, for a comparison with the CPU emulator on this machine

@@ -253,41 +253,28 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
 }
 
-// The listed entries' dK corrections of one dQ-correction CTA (64 rows of one head), summed per key in shared
-// memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local attention,
-// a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry. An open-
-// addressing table of kSlots keys (kSlots x D floats, 32 KB), probed at most kMaxProbes slots deep; an entry whose
-// key finds no slot there goes straight to dk_acc as before (so a full table costs a few probes, not kSlots).
+// The listed entries' dK corrections of one warp of the dQ correction (its 8 consecutive rows), summed per key in
+// shared memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local
+// attention, a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry.
+// Each warp has its own kSlots keys (kSlots x D floats; 32 KB for the CTA's 8 warps), so an add is a plain
+// read-modify-write of the lane's own columns: no shared-memory float atomics (compare-and-swap loops on sm_90,
+// 12% of the kernel's stall samples with one table for the CTA) and no probing. The slots' keys live in lanes
+// 0..kSlots-1 (one register); a lookup is two ballots. An entry whose key finds no free slot goes straight to
+// dk_acc as before.
 template <int D>
-struct DkTable {
-  static constexpr int kSlots = 8192 / D;  // 64 at D = 128, 128 at D = 64
-  static constexpr int kMaxProbes = 8;
-  int* keys;                               // [kSlots], -1 = free
-  float* acc;                              // [kSlots][D]
-  // The slot of key j (inserted if new), or -1 when the kMaxProbes slots from its hash are taken by other keys.
-  // The whole warp calls it (j uniform): lanes 0..kMaxProbes-1 read one probe slot each, so a lookup costs one
-  // shared-memory round and two ballots, not one compare-and-swap per probe in turn (random keys fill the table
-  // and then every new key walked all kMaxProbes). A new key takes the first free slot of its sequence with one
-  // CAS (retried once if another key took it meanwhile). Slots are never freed, so two warps inserting j read
-  // the same first free slot and the loser's CAS returns j: a key never takes two slots. (If it did, the sums
-  // would still be right: every slot is flushed to dk_acc.)
-  __device__ int slot(int j, int lane) const {
-    const int h0 = static_cast<int>((static_cast<uint32_t>(j) * 2654435761u) >> 16) & (kSlots - 1);
-    const volatile int* vkeys = keys;
-    const int mine = (h0 + (lane & (kMaxProbes - 1))) & (kSlots - 1);
-    for (int round = 0; round < 2; ++round) {
-      const int k = lane < kMaxProbes ? vkeys[mine] : -2;
-      const uint32_t hit = __ballot_sync(0xffffffffu, k == j);
-      if (hit != 0) return (h0 + __ffs(hit) - 1) & (kSlots - 1);
-      const uint32_t free = __ballot_sync(0xffffffffu, k == -1);
-      if (free == 0) return -1;
-      const int s = (h0 + __ffs(free) - 1) & (kSlots - 1);
-      int prev = 0;
-      if (lane == 0) prev = atomicCAS(&keys[s], -1, j);
-      prev = __shfl_sync(0xffffffffu, prev, 0);
-      if (prev == -1 || prev == j) return s;
-    }
-    return -1;
+struct WarpDkTable {
+  static constexpr int kSlots = 1024 / D;  // per warp: 8 at D = 128, 16 at D = 64
+  float* acc;                              // [kSlots][D], this warp's
+  int key = -1;                            // lane s < kSlots: the key of slot s (-1: free)
+  // The slot of key j (warp-uniform; taken if new), or -1 when every slot holds another key.
+  __device__ int slot(int j, int lane) {
+    const uint32_t hit = __ballot_sync(0xffffffffu, lane < kSlots && key == j);
+    if (hit != 0) return __ffs(hit) - 1;
+    const uint32_t free = __ballot_sync(0xffffffffu, lane < kSlots && key == -1);
+    if (free == 0) return -1;
+    const int s = __ffs(free) - 1;
+    if (lane == s) key = j;
+    return s;
   }
 };
 
@@ -332,7 +319,7 @@ __device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams
 // rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U are the second (and last) round
 // of loads; then only arithmetic, the dQ store and the dK atomics.
 template <int D>
-__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, const DkTable<D>& tab, int b,
+__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, WarpDkTable<D>& tab, int b,
                                               int h, int hk, int i, int lane, ThreshRowLoads<D> x,
                                               float (&part)[D / 32]) {
   constexpr int kV = D / 32, kCap = 32;  // list_cap <= 32 (launch.cu): one slot per lane
@@ -416,9 +403,17 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
     const int j = __shfl_sync(0xffffffffu, jt, t);
     const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
     const int slot = tab.slot(j, lane);
-    if (slot >= 0) {  // into the CTA's per-key sum (shared-memory atomics)
-#pragma unroll
-      for (int e = 0; e < kV; ++e) atomicAdd(&tab.acc[slot * D + d0 + e], -w * x.q[e]);
+    if (slot >= 0) {  // into the warp's per-key sum (the lane's own columns)
+      float* a = tab.acc + slot * D + d0;
+      if constexpr (kV == 4) {
+        float4 t = *reinterpret_cast<float4*>(a);
+        t.x = fmaf(-w, x.q[0], t.x), t.y = fmaf(-w, x.q[1], t.y), t.z = fmaf(-w, x.q[2], t.z), t.w = fmaf(-w, x.q[3], t.w);
+        *reinterpret_cast<float4*>(a) = t;
+      } else {
+        float2 t = *reinterpret_cast<float2*>(a);
+        t.x = fmaf(-w, x.q[0], t.x), t.y = fmaf(-w, x.q[1], t.y);
+        *reinterpret_cast<float2*>(a) = t;
+      }
       continue;
     }
     float v[kV];
@@ -429,53 +424,55 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 }
 
 // One warp per row: the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction
-// (atomics into dk_acc) and rest_i for the uniform part. Grid (ceil(Nq / 64), H, B): a CTA's rows share one kv
-// head, whose U it stages once in shared memory, transposed ([8][D]: lanes read consecutive words). The CTA
-// also writes part[b, h, blk] = sum over its rows of rest_i Q_i (warp w adds rows w, w + 8, ..., then the
-// warps in order); without causal masking the last CTA of a head to finish (a counter per head, after a
-// fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum read then.
+// (summed per key in the warp's table, then atomics into dk_acc) and rest_i for the uniform part. Grid
+// (ceil(Nq / 64), H, B): a CTA's rows share one kv head, whose U it stages once in shared memory, transposed
+// ([8][D]: lanes read consecutive words). Warp w takes the block's rows 8 w .. 8 w + 7 (consecutive rows list
+// the same keys most). The CTA also writes part[b, h, blk] = sum over its rows of rest_i Q_i (each warp over its
+// rows in order, then the warps in order); without causal masking the last CTA of a head to finish (a counter
+// per head, after a fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum
+// read then.
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
-  constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = DkTable<D>::kSlots;
+  constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = WarpDkTable<D>::kSlots;
+  constexpr int kRowsPerWarp = kSuffixBlock / kWarps;
+  static_assert(kSuffixBlock % kWarps == 0, "whole rows per warp");
   __shared__ float su[kLowRank * D];
   __shared__ float sp[kWarps * D];
-  __shared__ __align__(16) float tab_acc[kSlots * D];
-  __shared__ int tab_keys[kSlots];
+  __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
-  for (int x = threadIdx.x; x < kSlots * D; x += kPostThreads) tab_acc[x] = 0.0f;
-  for (int x = threadIdx.x; x < kSlots; x += kPostThreads) tab_keys[x] = -1;
-  const DkTable<D> tab{tab_keys, tab_acc};
-  __syncthreads();
+  WarpDkTable<D> tab{tab_acc + warp * kSlots * D};
+  for (int x = lane; x < kSlots * D; x += 32) tab.acc[x] = 0.0f;  // the warp's own table: read by its lanes only
+  __syncthreads();  // su
   float part[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = 0.0f;
-  // The warp's rows warp, warp + 8, ..: the next row's loads are issued before this row's arithmetic.
-  const int i_end = min(p.Nq, (blockIdx.x + 1) * kSuffixBlock);
-  int i = blockIdx.x * kSuffixBlock + warp;
+  // The warp's rows in order: the next row's loads are issued before this row's arithmetic.
+  const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
+  int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   if (i < i_end) {
     ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
-    for (; i < i_end; i += kWarps) {
-      const ThreshRowLoads<D> next = i + kWarps < i_end ? thresh_row_loads<D>(p, b, h, i + kWarps, lane) : cur;
+    for (; i < i_end; ++i) {
+      const ThreshRowLoads<D> next = i + 1 < i_end ? thresh_row_loads<D>(p, b, h, i + 1, lane) : cur;
       thresh_dq_row<D>(p, su, tab, b, h, hk, i, lane, cur, part);
       cur = next;
     }
   }
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  for (int s = 0; s < kSlots; ++s) {  // the warp's per-key sums to dk_acc: one vector atomic per lane and key
+    const int j = __shfl_sync(0xffffffffu, tab.key, s);
+    if (j < 0) break;  // slots are taken in order
+    float v[kV];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v[e] = tab.acc[s * D + lane * kV + e];
+    atomic_add_vec<kV>(p.dk_acc + (bh * p.Nk + j) * D + lane * kV, v);
+  }
 #pragma unroll
   for (int e = 0; e < kV; ++e) sp[warp * D + lane * kV + e] = part[e];
   __syncthreads();
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  for (int s = warp; s < kSlots; s += kWarps) {  // the per-key sums to dk_acc: one vector atomic per lane and key
-    const int j = tab_keys[s];
-    if (j < 0) continue;
-    float v[kV];
-#pragma unroll
-    for (int e = 0; e < kV; ++e) v[e] = tab_acc[s * D + lane * kV + e];
-    atomic_add_vec<kV>(p.dk_acc + (bh * p.Nk + j) * D + lane * kV, v);
-  }
   const int d = threadIdx.x;
   if (d < D) {
     float sum = 0.0f;

@@ -459,7 +459,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     // kThresh (v3.4): a thread with an entry of bf16(P) >= thresh (a few per block on trained attention, none on
     // diffuse rows) claims the list slots of its first two now, so that the atomics' round trips overlap the dK,
-    // dV products below; it writes those entries after the barrier, and the rare rest (`more`) goes out of line.
+    // dV and dQ products below; it writes those entries after the dQ product, and the rare rest (`more`) goes out
+    // of line after the barrier.
     uint32_t more = 0;
     int claim_c[2] = {-1, -1}, claim_slot[2] = {0, 0};
     if (kThresh && pmax >= p.thresh_unrounded) {
@@ -530,22 +531,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       fence_regs(ecomp);
     }
     if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
-    if constexpr (kThresh) {  // sP is complete (the barrier above); the claimed slots have long come back
-      const bf16_t* sPw = sP + wg * BQ * 64;
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int c = claim_c[u];
-        if (c >= 0 && claim_slot[u] < p.list_cap) {
-          const int ql = large_entry_query(c, tq);
-          const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
-          p.list_j[at] = key_a + 8 * (c & 1);
-          p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
-        }
-      }
-      if (more != 0) {
-        append_large_entries_wg({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sPw, bh, i0,
-                                w4 * 16 + g, key_a, tq, more);
-      }
+    if (kThresh && more != 0) {  // sP is complete (the barrier above)
+      append_large_entries_wg({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP + wg * BQ * 64, bh,
+                              i0, w4 * 16 + g, key_a, tq, more);
     }
 
     // dQ (64 queries x D) += bf16(dS) K over this warpgroup's 64 keys, one 64-column block of D at a time:
@@ -588,6 +576,23 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         // Columns 2 tq, 2 tq + 1 of the record (n8 block 0): one 8-byte atomic per lane and row.
         if (row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
         if (row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
+        // The entries whose slots were claimed after the element-wise step, written now (sP holds their bf16(P)
+        // until the next block's barrier). The slots are compared with the capacity through a value the dQ
+        // product has just produced (the min is the capacity itself): ptxas otherwise hoisted the compare of the
+        // atomics' results above the dK, dV products and waited for their round trip there (2% of the v3.4
+        // kernel's stall samples under ncu).
+        const int cap = static_cast<int>(min(static_cast<uint32_t>(p.list_cap), __float_as_uint(dqa[0]) | 0x40000000u));
+        const bf16_t* sPw = sP + wg * BQ * 64;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int c = claim_c[u];
+          if (c >= 0 && claim_slot[u] < cap) {
+            const int ql = large_entry_query(c, tq);
+            const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
+            p.list_j[at] = key_a + 8 * (c & 1);
+            p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
+          }
+        }
       }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {

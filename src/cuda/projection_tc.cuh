@@ -469,8 +469,10 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
   WarpDkTable<D> tab{tab_acc + warp * kSlots * D};
-  for (int x = lane; x < kSlots * D; x += 32) tab.acc[x] = 0.0f;  // the warp's own table: read by its lanes only
-  __syncthreads();  // su
+  // The warp's own table, zeroed lane-strided: a lane later adds into columns other lanes zeroed, so the barrier
+  // below (for su too) is needed for the table as well.
+  for (int x = lane; x < kSlots * D; x += 32) tab.acc[x] = 0.0f;
+  __syncthreads();
   float part[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = 0.0f;

@@ -151,13 +151,15 @@ int main(int argc, char** argv) {
           int backward_warps = 4;
           bool row_stats = false;   // the audit's r_i, s_i (the main kernel's kStats form): only with --only
           int dk_rank = 0;          // FlashParams::dk_compensation_rank (CUDA: 8, D = 64 only)
+          int dq_ring = 0;          // FlashParams::cuda_thresh_dq_ring (experimental)
         };
         // baseline and gproj (thresh-lowrank): the defaults (forward v2.2, backward v3.2 / v3.1); -v1: the
         // mma.sync kernels both ways; gproj-pw: the pweighted projection (v1 backward); base-fwd1 / base-fwd21:
         // the v1 / v2.1 forward; base-v31 / gproj-v31: the v3.1 backward; base-v33 / gproj-v33: v3.3 (16-byte dQ
         // atomics, experimental, D = 128); on demand (--only): base-w8-wg, the
         // wide backward with the v2.1 forward; base-wgbwd, v3.0; base-stats, the audit's statistics. gproj-dkc:
-        // gproj with the dK compensation (experimental; D = 64 rows only).
+        // gproj with the dK compensation (experimental; D = 64 rows only). gproj-ring: gproj with the dQ
+        // correction's cp.async ring (experimental).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
                                   Config{"base-v1", Variant::kBaseline, kNone, 0, 0},
@@ -173,7 +175,8 @@ int main(int argc, char** argv) {
                                   Config{"base-w8-wg", Variant::kBaseline, kNone, 1, -1, 8},
                                   Config{"base-wgbwd", Variant::kBaseline, kNone, -1, 1},
                                   Config{"base-stats", Variant::kBaseline, kNone, -1, -1, 4, true},
-                                  Config{"gproj-dkc", Variant::kGproj, kThresh, -1, -1, 4, false, 8}}) {
+                                  Config{"gproj-dkc", Variant::kGproj, kThresh, -1, -1, 4, false, 8},
+                                  Config{"gproj-ring", Variant::kGproj, kThresh, -1, -1, 4, false, 0, 1}}) {
           // The experimental forms and the audit's statistics run only when named (--only).
           const bool on_demand = cfg.row_stats || cfg.backward_warps == 8 || cfg.wgmma_backward == 1;
           if (only.empty() ? on_demand : only != cfg.label) continue;
@@ -193,6 +196,7 @@ int main(int argc, char** argv) {
           p.row_stats = cfg.row_stats;
           p.params.cuda_backward_wgmma = cfg.wgmma_backward;
           p.params.dk_compensation_rank = cfg.dk_rank;
+          p.params.cuda_thresh_dq_ring = cfg.dq_ring;
           p.params.causal = causal;
           void* ws;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));

@@ -81,7 +81,7 @@ cat "$out/cuda_bench.txt"
 t0=$(date +%s)
 {
   for shape in 128:4096:0 128:4096:1; do
-    for label in baseline gproj; do
+    for label in baseline gproj gproj-ring; do
       timeout 60 "$bench_bin" --only "$label" --shape "$shape" --q-scale 4 --reps 5 | grep -vE '^(variant|#)' | sed 's/$/  q x 4/'
     done
   done

@@ -339,6 +339,77 @@ __device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams
   return x;
 }
 
+// kRing (experimental, `cuda_thresh_dq_ring`): each warp keeps kRingRows rows' inputs in flight in a shared-memory
+// ring filled by cp.async (which holds no registers), instead of one row ahead in registers: its dQacc and Q
+// rows, the statistics record, the list's count and its slots. One slot, 16-byte aligned parts.
+constexpr int kRingRows = 3;
+template <int D>
+struct RingSlot {
+  static constexpr int kCap = 32;  // list_cap <= 32 (launch.cu)
+  float dq[D];
+  __nv_bfloat16 q[D];
+  float rec[kLowRank];
+  int j[kCap];
+  float pp[kCap];
+  int cnt[4];
+};
+template <int D>
+constexpr size_t ring_smem_bytes() {
+  return sizeof(RingSlot<D>) * kRingRows * (kPostThreads / 32);
+}
+static_assert(sizeof(RingSlot<64>) % 16 == 0 && sizeof(RingSlot<128>) % 16 == 0, "16-byte aligned slots");
+
+// 4-byte global -> shared copy (cp.async.ca: the 16-byte form requires 16-byte aligned sources; a list row is
+// list_cap words from a word boundary).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+
+// Row i's inputs into `slot` (the whole warp calls it; the copies land when this thread's group completes).
+template <int D>
+__device__ __forceinline__ void ring_issue(const KernelParams& p, RingSlot<D>* slot, int b, int h, int i, int lane) {
+  const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
+  if (lane < D / 4) cp_async16(smem_u32(slot->dq + 4 * lane), p.dq_acc + row * D + 4 * lane, true);
+  if (lane < D / 8) {
+    const auto* q = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + i * p.q.s1 + h * p.q.s2;
+    cp_async16(smem_u32(slot->q + 8 * lane), q + 8 * lane, true);
+  }
+  if (lane < 2) cp_async16(smem_u32(slot->rec + 4 * lane), p.pku + row * kLowRank + 4 * lane, true);
+  if (lane < p.list_cap) {
+    cp_async4(smem_u32(slot->j + lane), p.list_j + row * p.list_cap + lane);
+    cp_async4(smem_u32(slot->pp + lane), p.list_p + row * p.list_cap + lane);
+  }
+  if (lane == 0) cp_async4(smem_u32(slot->cnt), p.list_count + row);
+}
+
+// thresh_row_loads' values, from a landed ring slot.
+template <int D>
+__device__ __forceinline__ ThreshRowLoads<D> ring_row_loads(const KernelParams& p, const RingSlot<D>* slot, int lane) {
+  constexpr int kV = D / 32;
+  const int d0 = lane * kV;
+  ThreshRowLoads<D> x;
+  x.rec = slot->rec[lane & (kLowRank - 1)];
+  x.cnt = min(slot->cnt[0], p.list_cap);
+  x.jt = 0;
+  x.pt = 0.0f;
+  if (lane < p.list_cap) {
+    x.jt = slot->j[lane];
+    x.pt = slot->pp[lane];
+  }
+  if constexpr (kV == 4) {
+    const float4 a = *reinterpret_cast<const float4*>(slot->dq + d0);
+    x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
+    const uint2 w = *reinterpret_cast<const uint2*>(slot->q + d0);
+    x.q[0] = bf16_lo(w.x), x.q[1] = bf16_hi(w.x), x.q[2] = bf16_lo(w.y), x.q[3] = bf16_hi(w.y);
+  } else {
+    const float2 a = *reinterpret_cast<const float2*>(slot->dq + d0);
+    x.dq[0] = a.x, x.dq[1] = a.y;
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(slot->q + d0);
+    x.q[0] = bf16_lo(w), x.q[1] = bf16_hi(w);
+  }
+  return x;
+}
+
 // The dQ correction of row i (one warp), for thresh_dq_kernel, from its loads `x` (thresh_row_loads); adds
 // rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U are the second (and last) round
 // of loads; then only arithmetic, the dQ store and the dK atomics.
@@ -455,7 +526,8 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // rows in order, then the warps in order); without causal masking the last CTA of a head to finish (a counter
 // per head, after a fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum
 // read then.
-template <int D>
+// kRing: the rows' inputs through the warp's cp.async ring (above); the same arithmetic in the same order.
+template <int D, bool kRing = false>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
   constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = WarpDkTable<D>::kSlots;
   constexpr int kRowsPerWarp = kSuffixBlock / kWarps;
@@ -479,7 +551,26 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   // The warp's rows in order: the next row's loads are issued before this row's arithmetic.
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
-  if (i < i_end) {
+  if constexpr (kRing) {
+    extern __shared__ __align__(16) unsigned char ring_raw[];
+    RingSlot<D>* ring = reinterpret_cast<RingSlot<D>*>(ring_raw) + warp * kRingRows;
+    const int i0 = i, rows = max(0, i_end - i0);
+    // kRingRows - 1 rows ahead, one commit group per row (empty past the warp's rows, so the count stays even).
+#pragma unroll
+    for (int t = 0; t < kRingRows - 1; ++t) {
+      if (t < rows) ring_issue<D>(p, ring + t, b, h, i0 + t, lane);
+      cp_async_commit();
+    }
+    for (int t = 0; t < rows; ++t) {
+      __syncwarp();  // every lane has read slot (t - 1) % kRingRows, which the next copy reuses
+      if (t + kRingRows - 1 < rows) ring_issue<D>(p, ring + (t + kRingRows - 1) % kRingRows, b, h, i0 + t + kRingRows - 1, lane);
+      cp_async_commit();
+      cp_async_wait<kRingRows - 1>();  // this thread's copies of row t have landed
+      __syncwarp();                    // and every lane's
+      thresh_dq_row<D>(p, su, tab, b, h, hk, i0 + t, lane, ring_row_loads<D>(p, ring + t % kRingRows, lane), part);
+    }
+    cp_async_wait<0>();
+  } else if (i < i_end) {
     ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
     for (; i < i_end; ++i) {
       const ThreshRowLoads<D> next = i + 1 < i_end ? thresh_row_loads<D>(p, b, h, i + 1, lane) : cur;

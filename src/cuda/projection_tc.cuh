@@ -362,7 +362,7 @@ static_assert(sizeof(RingSlot<64>) % 16 == 0 && sizeof(RingSlot<128>) % 16 == 0,
 // 4-byte global -> shared copy (cp.async.ca: the 16-byte form requires 16-byte aligned sources; a list row is
 // list_cap words from a word boundary).
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
 // Row i's inputs into `slot` (the whole warp calls it; the copies land when this thread's group completes).
@@ -380,6 +380,7 @@ __device__ __forceinline__ void ring_issue(const KernelParams& p, RingSlot<D>* s
     cp_async4(smem_u32(slot->pp + lane), p.list_p + row * p.list_cap + lane);
   }
   if (lane == 0) cp_async4(smem_u32(slot->cnt), p.list_count + row);
+  asm volatile("" ::: "memory");  // no shared-memory access of the slot moves above its copies
 }
 
 // thresh_row_loads' values, from a landed ring slot.

@@ -89,6 +89,8 @@ t0=$(date +%s)
     timeout 60 "$bench_bin" --only "$label" --shape 128:4096:0 --sink --reps 5 | grep -vE '^(variant|#)' | sed 's/$/  sink/'
   done
 } >"$out/cuda_bench_sharp.txt" 2>&1
+note "cuda_attention_bench --q-scale 4 and --sink (baseline, gproj, gproj-ring at D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
+cat "$out/cuda_bench_sharp.txt"
 # COMPARE_BENCH=DIR (DIR/bench.tar.xz: an earlier commit's cuda_attention_bench, DIR/COMMIT its commit): gproj's
 # rows again, the earlier binary and this one in turn on the same inputs, for a before/after on this machine.
 if [ -n "${COMPARE_BENCH:-}" ] && [ -f "$COMPARE_BENCH/bench.tar.xz" ]; then
@@ -110,8 +112,6 @@ if [ -n "${COMPARE_BENCH:-}" ] && [ -f "$COMPARE_BENCH/bench.tar.xz" ]; then
   note "gproj, $old_commit then $GPROJ_COMMIT side by side: rc=$?"
   cat "$out/cuda_bench_compare.txt"
 fi
-note "cuda_attention_bench --q-scale 4 and --sink (baseline, gproj at D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
-cat "$out/cuda_bench_sharp.txt"
 timeout 30 "$probe_bin" >"$out/wgmma_probe.txt" 2>&1
 note "wgmma_probe: rc=$?; $(tail -1 "$out/wgmma_probe.txt")"
 cat "$out/wgmma_probe.txt"

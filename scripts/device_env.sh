@@ -45,3 +45,20 @@ if [ -f .prebuilt/COMMIT ] && [ "$(cat .prebuilt/COMMIT)" = "$GPROJ_COMMIT" ]; t
   prebuilt=1
   if [ -f .prebuilt/pack.tar.xz ] && [ ! -x .prebuilt/bin/cuda_tests ]; then tar xJf .prebuilt/pack.tar.xz -C .prebuilt; fi
 fi
+
+# ncu_source_page DIR BENCH KERNEL_REGEX LABEL SHAPE [INPUT_ARGS...]: the full ncu set of one launch of KERNEL in
+# the benchmark's LABEL configuration, written as DIR/sass_KERNEL_LABEL.csv (the per-instruction source page with
+# its stall samples), DIR/details_KERNEL_LABEL.txt and DIR/stall_top_KERNEL_LABEL.txt (bench/ncu_stall_top.py);
+# the report itself is removed (the device tool brings back few files).
+ncu_source_page() {
+  local dir=$1 bench=$2 k=$3 label=$4 shape=$5
+  shift 5
+  local rep="$dir/rep_${k}_$label"
+  timeout 200 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --set full -f -o "$rep" "$bench" --only "$label" \
+    --shape "$shape" --reps 1 "$@" >"$rep.log" 2>&1
+  echo "== ncu --set full $k ($label, $shape $*): rc=$?"
+  ncu -i "$rep.ncu-rep" --page source --print-source sass --csv >"$dir/sass_${k}_$label.csv" 2>&1
+  ncu -i "$rep.ncu-rep" --page details --print-details all >"$dir/details_${k}_$label.txt" 2>&1
+  python3 bench/ncu_stall_top.py "$dir/sass_${k}_$label.csv" 40 >"$dir/stall_top_${k}_$label.txt" 2>&1
+  rm -f "$rep.ncu-rep"
+}

@@ -22,22 +22,7 @@ for label in ${PROFILE_LABELS:-baseline base-v1 gproj gproj-v1}; do
   timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base "$bench" --only "$label" --shape "$shape" \
     --reps 1 "${inputs[@]}" >"$out/profile/times_$label.csv" 2>"$out/profile/times_$label.err"
   echo "== $label ($shape): rc=$?"
-  # kernel name, duration (ns) of the last call of each kernel (the timed backward)
-  python3 - "$out/profile/times_$label.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: print("  (no ncu rows)"); sys.exit()
-head, body = rows[0], rows[1:]
-kn, mv = head.index("Kernel Name"), head.index("Metric Value")
-calls = [(r[kn].split("(")[0].split("<")[0][-40:], r[kn], float(r[mv].replace(",", "")) / 1e3) for r in body]
-half = len(calls) // 2  # warm-up and timed calls: print the second half
-tot = collections.OrderedDict()
-for short, full, us in calls[half:]:
-    key = full[:90]
-    tot[key] = tot.get(key, 0.0) + us
-for k, us in tot.items(): print(f"  {us:9.1f} us  {k}")
-print(f"  {sum(tot.values()):9.1f} us  total (second half of the calls)")
-PY
+  python3 bench/ncu_times.py "$out/profile/times_$label.csv"  # each kernel's µs in the timed calls
 done
 
 # Fuller reports of the main kernels (one launch each; PROFILE_FULL=0 skips them; PROFILE_KERNELS lists
@@ -50,18 +35,8 @@ done
     --section MemoryWorkloadAnalysis "$bench" --only "$label" --shape "$shape" --reps 1 "${inputs[@]}" \
     >"$out/profile/ncu_${k}_$label.txt" 2>&1
   echo "== ncu $k ($label): rc=$?"
-  # PROFILE_SASS=1: also the full set, and the per-instruction source page (SASS with its stall samples) as CSV.
-  if [ "${PROFILE_SASS:-0}" = 1 ]; then
-    timeout 200 ncu -k "regex:$k" --launch-skip 1 --launch-count 1 --set full -f -o "$out/profile/rep_${k}_$label" \
-      "$bench" --only "$label" --shape "$shape" --reps 1 "${inputs[@]}" >"$out/profile/rep_${k}_$label.log" 2>&1
-    echo "== ncu --set full $k ($label): rc=$?"
-    ncu -i "$out/profile/rep_${k}_$label.ncu-rep" --page source --print-source sass --csv \
-      >"$out/profile/sass_${k}_$label.csv" 2>&1
-    echo "== ncu source page $k ($label): rc=$?"
-    ncu -i "$out/profile/rep_${k}_$label.ncu-rep" --page details --print-details all \
-      >"$out/profile/details_${k}_$label.txt" 2>&1
-    rm -f "$out/profile/rep_${k}_$label.ncu-rep"
-  fi
+  # PROFILE_SASS=1: also the full set, and the per-instruction source page (SASS with its stall samples).
+  [ "${PROFILE_SASS:-0}" != 1 ] || ncu_source_page "$out/profile" "$bench" "$k" "$label" "$shape" "${inputs[@]}"
 done
 
 # CUDA outputs of the projections on a few stress cases, for a comparison with the CPU emulator on this machine

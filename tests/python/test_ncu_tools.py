@@ -1,16 +1,49 @@
-# bench/ncu_times.py: per-kernel times of the timed half of an ncu CSV, and the baseline/gproj comparison table,
-# on small files whose answers are known. Part of scripts/python_test.sh.
+# bench/ncu_stall_top.py and bench/ncu_times.py, the readers of the GPU machine's ncu output: the stall summary
+# of a source-page CSV and the per-kernel times (and the baseline/gproj table) of a times CSV, on small files
+# whose answers are known, and their refusals. Part of scripts/python_test.sh.
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("ncu_times", ROOT / "bench" / "ncu_times.py")
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+def write_csv(path):
+    lines = [
+        '"Kernel Name","void k(Params)",',
+        '"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_wait",'
+        '"stall_long_sb (Not Issued)"',
+        '"0x10","IADD3 R1, R2, R3","10","8","2","8"',
+        '"0x20","HGMMA.64x64x16","60","0","60","0"',
+        '"0x30","REDG.E.ADD","30","25","5","25"',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_shares_and_top_sites(tmp_path):
+    top = load("ncu_stall_top")
+    f = tmp_path / "sass.csv"
+    write_csv(f)
+    total, reasons, sites = top.summarize(f, n=2)
+    assert total == 100
+    assert reasons == [("wait", pytest.approx(0.67)), ("long_sb", pytest.approx(0.33))]
+    # the two largest, in address order, each with its two largest reasons ("Not Issued" columns left out)
+    assert [(s[0], s[1], s[2]) for s in sites] == [(1, "0x20", pytest.approx(0.6)), (2, "0x30", pytest.approx(0.3))]
+    assert sites[1][4] == [(25.0, "long_sb"), (5.0, "wait")]
+
+
+def test_refuses_a_file_without_samples(tmp_path):
+    f = tmp_path / "other.csv"
+    f.write_text('"a","b"\n"1","2"\n')
+    with pytest.raises(ValueError, match="not an ncu source-page CSV"):
+        load("ncu_stall_top").summarize(f)
 
 
 HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
@@ -27,7 +60,7 @@ def write_times(path, kernels):
 
 
 def test_timed_half_and_comparison(tmp_path, capsys):
-    nt = load()
+    nt = load("ncu_times")
     write_times(tmp_path / "times_x_baseline.csv", [("void flash_fwd_wg_kernel<128, 0, 1>(P)", 1000),
                                                     ("void flash_bwd_wg_kernel<128, 0>(P)", 4000000),
                                                     ("void bwd_postprocess_dq_kernel<0>(P)", 50000)])
@@ -45,7 +78,7 @@ def test_timed_half_and_comparison(tmp_path, capsys):
 
 
 def test_missing_rows_are_reported(tmp_path, capsys):
-    nt = load()
+    nt = load("ncu_times")
     (tmp_path / "times_y_baseline.csv").write_text("==PROF== no kernels\n")
     assert nt.timed_calls(tmp_path / "times_y_baseline.csv") is None
     nt.print_compare(str(tmp_path))

@@ -77,11 +77,6 @@ struct FlashParams {
                                        // between the warpgroups at D = 128; v3.1 itself at D = 64), 4 = v3.3
                                        // (experimental, D = 128: v3.2 with 16-byte dQ atomics); an explicit
                                        // version is refused, not rerouted, where it does not apply
-  int cuda_thresh_dq_ring = 0;         // CUDA, experimental: 1 = thresh-lowrank's dQ correction takes its rows'
-                                       // inputs through a per-warp cp.async ring in shared memory (3 rows in
-                                       // flight instead of 1 ahead in registers; docs/perf-notes.md, session 7);
-                                       // 0 = the default form. Other values, or 1 without thresh-lowrank on CUDA,
-                                       // are refused
   bool deterministic = false;          // CUDA: dQ and row statistics without atomics (same bits every run;
                                        // slower: a query-major dQ pass recomputes S and dP). The CPU always is.
 };

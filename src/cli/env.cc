@@ -64,7 +64,6 @@ nlohmann::json variant_params_json(const FlashParams& p) {
     j["cuda_wgmma_forward"] = p.cuda_wgmma_forward;
     j["cuda_backward_wgmma"] = p.cuda_backward_wgmma;
   }
-  if (p.cuda_thresh_dq_ring != 0) j["cuda_thresh_dq_ring"] = p.cuda_thresh_dq_ring;
   return j;
 }
 

@@ -348,21 +348,21 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 }
 
 // dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order; one
-// thread per 4 elements. kSuffix (thresh-lowrank): each head's dKacc first loses its uniform part, the suffix sum
-// of its first visible row (src/cuda/projection_tc.cuh).
+// thread per 4 elements. kSuffix (thresh-lowrank without causal masking): each head's dKacc first loses its uniform
+// part, the head's total sum_i rest_i Q_i (row 0 of its suffix region; with causal masking
+// thresh_dkv_causal_kernel in src/cuda/projection_tc.cuh takes this kernel's place).
 template <bool kSuffix>
 __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
   const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
   if (idx >= static_cast<uint32_t>(p.B) * p.Nk * p.Hkv * p.D) return;
   const auto [b, j, hk, d] = decode_bnhd(idx, p.Nk, p.Hkv, p.D);
   const int group = p.H / p.Hkv;
-  const int first = p.causal ? max(0, j - (p.Nk - p.Nq)) : 0;  // the first row that sees key j
   float4 dk = make_float4(0.0f, 0.0f, 0.0f, 0.0f), dv = dk;
   for (int g = 0; g < group; ++g) {
     const int64_t bh = static_cast<int64_t>(b) * p.H + hk * group + g, row = bh * p.Nk + j;
     float4 a = *reinterpret_cast<const float4*>(p.dk_acc + row * p.D + d);
-    if (kSuffix && first < p.Nq) {
-      const float4 s = *reinterpret_cast<const float4*>(p.suffix + (bh * p.Nq + first) * p.D + d);
+    if (kSuffix) {
+      const float4 s = *reinterpret_cast<const float4*>(p.suffix + bh * p.Nq * p.D + d);
       a.x -= s.x, a.y -= s.y, a.z -= s.z, a.w -= s.w;
     }
     const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + row * p.D + d);

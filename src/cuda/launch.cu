@@ -325,7 +325,8 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 // list_count (B H Nq) | pku (B H Nq 8) | head_done (B H, padded to 4 words); then rest (B H Nq) | list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
 // u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: gram_q (B H chunks D D) |
-// u_q (B H D 8) | qu (B H Nq 8 BF16)]; the pk region holds the suffix sums.
+// u_q (B H D 8) | qu (B H Nq 8 BF16)]; without causal masking row 0 of each head's pk region holds the total
+// of the uniform dK part (thresh_dq_kernel).
 struct Workspace {
   size_t row, q, k;
   size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0, gram_q = 0, u_q = 0, qu = 0;
@@ -448,10 +449,9 @@ struct PrepassJoins {
 };
 
 // thresh-lowrank (docs/gproj-projection.md), after its pre-passes (lowrank_prepass): the main kernel with the row
-// lists and P (K U), the dQ postprocess with the corrections, the suffix sums of the uniform dK part.
+// lists and P (K U), the dQ postprocess with the corrections, the dK/dV postprocess with the uniform dK part.
 template <int D>
-Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaMaps* v31_maps, bool ring,
-                       cudaStream_t stream) {
+Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaMaps* v31_maps, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
   Status s;
   constexpr int blk = detail::kBwdBlock;
@@ -464,13 +464,18 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
   }
   if (!s.ok) return s;
   // The dQ correction also writes the block sums of the uniform dK part and, without causal masking, their total
-  // (the only suffix sum then read); with causal masking the suffix sums of every row follow.
+  // (the only suffix sum then read).
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
-  s = ring ? launch(detail::thresh_dq_kernel<D, true>, sgrid, detail::ring_smem_bytes<D>(), stream, k,
-                    "thresh-lowrank dQ postprocess (cp.async ring)", threads)
-           : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
-  if (s.ok && k.causal) s = launch(detail::suffix_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank suffix sums", D);
-  return s;  // the uniform dK part is applied by the dK/dV postprocess (its kSuffix form)
+  s = launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
+  if (!s.ok) return s;
+  // dK/dV with the uniform dK part: with causal masking each key block forms the suffix sums it needs itself.
+  if (k.causal) {
+    const dim3 kgrid((k.Nk + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.Hkv, k.B);
+    return launch(detail::thresh_dkv_causal_kernel<D>, kgrid, 0, stream, k, "thresh-lowrank dK/dV postprocess", threads);
+  }
+  const int64_t n4 = static_cast<int64_t>(k.B) * k.Nk * k.Hkv * D / 4;
+  return launch(detail::bwd_postprocess_dkv_kernel<true>, dim3(static_cast<unsigned>((n4 + threads - 1) / threads)), 0,
+                stream, k, "backward dK/dV postprocess", threads);
 }
 
 }  // namespace
@@ -512,7 +517,6 @@ std::string backward_kernel_name(const FlashParams& params, bool tc, int wg_vers
   else name = "backward v0 (FP32 CUDA cores)";
   if (params.variant == Variant::kGproj) name += std::string(", ") + projection_name(params.projection);
   if (dk_comp) name += ", dK compensation";
-  if (params.cuda_thresh_dq_ring == 1) name += ", dQ correction through a cp.async ring";
   if (params.deterministic) name += ", deterministic";
   return name;
 }
@@ -649,14 +653,6 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
                     ") serves variants baseline, fwdfix and gproj with projection thresh-lowrank, with 16-byte "
                     "aligned rows, without deterministic mode or the wide backward");
   }
-  // The dQ correction's cp.async ring (experimental): thresh-lowrank only.
-  if (p.params.cuda_thresh_dq_ring != 0 &&
-      (p.params.cuda_thresh_dq_ring != 1 || var != Variant::kGproj || !thresh)) {
-    return fail(p.params.cuda_thresh_dq_ring != 1 ? ErrorCode::kInvalidArgument : ErrorCode::kUnsupported,
-                "cuda_thresh_dq_ring must be 0 (the default dQ correction) or 1 (its cp.async ring, experimental), "
-                "and 1 serves variant gproj with projection thresh-lowrank only; got " +
-                    std::to_string(p.params.cuda_thresh_dq_ring));
-  }
   // dK compensation (experimental): rank 8, on the v3.1 thresh-lowrank kernel at D = 64 only so far.
   const bool dk_comp = var == Variant::kGproj && p.params.dk_compensation_rank != 0;
   if (dk_comp && (p.params.dk_compensation_rank != detail::kLowRank || !thresh || wg_version != 2 || p.D != 64)) {
@@ -727,12 +723,8 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     const detail::TmaMaps* v31 = wg_version >= 2 ? &maps : nullptr;
     Status s = joins.join();
     if (!s.ok) return s;
-    const bool ring = p.params.cuda_thresh_dq_ring == 1;
-    s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, ring, st)
-                  : backward_thresh<128>(kp, wg_version, v31, ring, st);
-    if (!s.ok) return s;
-    detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
-    return last_error("backward dK/dV postprocess");
+    s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
+    return s;
   }
   const bool wide = p.params.cuda_backward_warps == 8;
   Status s;

@@ -285,6 +285,33 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
 // 12% of the kernel's stall samples with one table for the CTA) and no probing. The slots' keys live in lanes
 // 0..kSlots-1 (one register); a lookup is two ballots. An entry whose key finds no free slot goes straight to
 // dk_acc as before.
+// Sums each of v[0..7] over the warp (every lane gets the 8 sums): 9 exchanges and one broadcast per value instead
+// of 8 x 5 exchanges. The first three steps halve the values a lane carries (the lane with the step's bit set keeps
+// the upper half), two plain steps finish the sums. A fixed order: deterministic, the same in every lane.
+__device__ __forceinline__ void warp_sum8(float (&v)[8], int lane) {
+  const bool up16 = lane & 16, up8 = lane & 8, up4 = lane & 4;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {  // lanes without bit 4 keep values 0-3, with it 4-7
+    const float send = up16 ? v[k] : v[k + 4], keep = up16 ? v[k + 4] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const float send = up8 ? v[k] : v[k + 2], keep = up8 ? v[k + 2] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+  {
+    const float send = up4 ? v[0] : v[1], keep = up4 ? v[1] : v[0];
+    v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 2);
+  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
+  // Lane l now holds the sum of value 4 (l >> 4 & 1) + 2 (l >> 3 & 1) + (l >> 2 & 1).
+  const float mine = v[0];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 4) | ((k >> 1 & 1) << 3) | ((k & 1) << 2));
+}
+
 template <int D>
 struct WarpDkTable {
   static constexpr int kSlots = 1024 / D;  // per warp: 8 at D = 128, 16 at D = 64
@@ -311,7 +338,8 @@ struct ThreshRowLoads {
   float rec;           // column lane % 8 of the row's statistics record: P (K U) (< kTailRank), s_i, r_i
   int cnt, jt;         // the list's length; this lane's entry (lane < cnt)
   float pt;
-  float dq[kV], q[kV];  // the lane's kV columns of dQacc and of Q_i
+  float dq[kV];            // the lane's kV columns of dQacc
+  uint32_t q2[kV / 2];     // and of Q_i, as packed BF16 pairs (converted where used: half the registers)
 };
 
 template <int D>
@@ -335,78 +363,12 @@ __device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams
     const float2 a = *reinterpret_cast<const float2*>(p.dq_acc + row * D + d0);
     x.dq[0] = a.x, x.dq[1] = a.y;
   }
-  load_bf16_vec<kV>(p.q, b, i, h, d0, x.q);
-  return x;
-}
-
-// kRing (experimental, `cuda_thresh_dq_ring`): each warp keeps kRingRows rows' inputs in flight in a shared-memory
-// ring filled by cp.async (which holds no registers), instead of one row ahead in registers: its dQacc and Q
-// rows, the statistics record, the list's count and its slots. One slot, 16-byte aligned parts.
-constexpr int kRingRows = 3;
-template <int D>
-struct RingSlot {
-  static constexpr int kCap = 32;  // list_cap <= 32 (launch.cu)
-  float dq[D];
-  __nv_bfloat16 q[D];
-  float rec[kLowRank];
-  int j[kCap];
-  float pp[kCap];
-  int cnt[4];
-};
-template <int D>
-constexpr size_t ring_smem_bytes() {
-  return sizeof(RingSlot<D>) * kRingRows * (kPostThreads / 32);
-}
-static_assert(sizeof(RingSlot<64>) % 16 == 0 && sizeof(RingSlot<128>) % 16 == 0, "16-byte aligned slots");
-
-// 4-byte global -> shared copy (cp.async.ca: the 16-byte form requires 16-byte aligned sources; a list row is
-// list_cap words from a word boundary).
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
-// Row i's inputs into `slot` (the whole warp calls it; the copies land when this thread's group completes).
-template <int D>
-__device__ __forceinline__ void ring_issue(const KernelParams& p, RingSlot<D>* slot, int b, int h, int i, int lane) {
-  const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  if (lane < D / 4) cp_async16(smem_u32(slot->dq + 4 * lane), p.dq_acc + row * D + 4 * lane, true);
-  if (lane < D / 8) {
-    const auto* q = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + i * p.q.s1 + h * p.q.s2;
-    cp_async16(smem_u32(slot->q + 8 * lane), q + 8 * lane, true);
-  }
-  if (lane < 2) cp_async16(smem_u32(slot->rec + 4 * lane), p.pku + row * kLowRank + 4 * lane, true);
-  if (lane < p.list_cap) {
-    cp_async4(smem_u32(slot->j + lane), p.list_j + row * p.list_cap + lane);
-    cp_async4(smem_u32(slot->pp + lane), p.list_p + row * p.list_cap + lane);
-  }
-  if (lane == 0) cp_async4(smem_u32(slot->cnt), p.list_count + row);
-  asm volatile("" ::: "memory");  // no shared-memory access of the slot moves above its copies
-}
-
-// thresh_row_loads' values, from a landed ring slot.
-template <int D>
-__device__ __forceinline__ ThreshRowLoads<D> ring_row_loads(const KernelParams& p, const RingSlot<D>* slot, int lane) {
-  constexpr int kV = D / 32;
-  const int d0 = lane * kV;
-  ThreshRowLoads<D> x;
-  x.rec = slot->rec[lane & (kLowRank - 1)];
-  x.cnt = min(slot->cnt[0], p.list_cap);
-  x.jt = 0;
-  x.pt = 0.0f;
-  if (lane < p.list_cap) {
-    x.jt = slot->j[lane];
-    x.pt = slot->pp[lane];
-  }
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + i * p.q.s1 + h * p.q.s2 + d0;
   if constexpr (kV == 4) {
-    const float4 a = *reinterpret_cast<const float4*>(slot->dq + d0);
-    x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
-    const uint2 w = *reinterpret_cast<const uint2*>(slot->q + d0);
-    x.q[0] = bf16_lo(w.x), x.q[1] = bf16_hi(w.x), x.q[2] = bf16_lo(w.y), x.q[3] = bf16_hi(w.y);
+    const uint2 w = *reinterpret_cast<const uint2*>(q);
+    x.q2[0] = w.x, x.q2[1] = w.y;
   } else {
-    const float2 a = *reinterpret_cast<const float2*>(slot->dq + d0);
-    x.dq[0] = a.x, x.dq[1] = a.y;
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(slot->q + d0);
-    x.q[0] = bf16_lo(w), x.q[1] = bf16_hi(w);
+    x.q2[0] = *reinterpret_cast<const uint32_t*>(q);
   }
   return x;
 }
@@ -415,9 +377,9 @@ __device__ __forceinline__ ThreshRowLoads<D> ring_row_loads(const KernelParams& 
 // rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U are the second (and last) round
 // of loads; then only arithmetic, the dQ store and the dK atomics.
 template <int D>
-__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, WarpDkTable<D>& tab, int b,
-                                              int h, int hk, int i, int lane, ThreshRowLoads<D> x,
-                                              float (&part)[D / 32]) {
+__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, const __nv_bfloat16* ku_head,
+                                              WarpDkTable<D>& tab, int b, int h, int hk, int i, int lane,
+                                              ThreshRowLoads<D> x, float (&part)[D / 32]) {
   constexpr int kV = D / 32, kCap = 32;  // list_cap <= 32 (launch.cu): one slot per lane
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const int d0 = lane * kV;
@@ -434,7 +396,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   float kuv[kLowRank];
   {
     uint4 raw = make_uint4(0, 0, 0, 0);
-    if (lane < cnt) raw = *reinterpret_cast<const uint4*>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + jt) * kLowRank);
+    if (lane < cnt) raw = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int v = 0; v < kLowRank / 2; ++v) {
@@ -445,36 +407,52 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   float acc[kV], back[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
-  // Four entries' K rows in flight at a time; per element the same FMAs in list order as one at a time.
+  // Four entries' K rows in flight at a time (packed BF16 pairs until used); per element the same FMAs in list
+  // order as one at a time.
+  const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
   for (int t0 = 0; t0 < cnt; t0 += 4) {
-    float kv[4][kV];
-    int jj[4];
+    uint32_t kw[4][kV / 2];
     float pj[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      jj[u] = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1));
+      const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1));
       pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1));
-      if (t0 + u < cnt) load_bf16_vec<kV>(p.k, b, jj[u], hk, d0, kv[u]);
+      if (t0 + u < cnt) {
+        const __nv_bfloat16* kr = k_head + j * p.k.s1;
+        if constexpr (kV == 4) {
+          const uint2 w = *reinterpret_cast<const uint2*>(kr);
+          kw[u][0] = w.x, kw[u][1] = w.y;
+        } else {
+          kw[u][0] = *reinterpret_cast<const uint32_t*>(kr);
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u)
       if (t0 + u < cnt) {
 #pragma unroll
-        for (int e = 0; e < kV; ++e) acc[e] = fmaf(pj[u], kv[u][e], acc[e]);
+        for (int e = 0; e < kV; ++e) {
+          const float kf = e % 2 == 0 ? bf16_lo(kw[u][e / 2]) : bf16_hi(kw[u][e / 2]);
+          acc[e] = fmaf(pj[u], kf, acc[e]);
+        }
       }
   }
   float tail[kTailRank];
 #pragma unroll
-  for (int v = 0; v < kTailRank; ++v) {
-    float y = 0.0f;
-    if (cnt > 0) {  // the listed entries' own share of P (K U)
-      y = lane < cnt ? pt * kuv[v] : 0.0f;
-      for (int o = 16; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
-    }
-    tail[v] = __shfl_sync(0xffffffffu, x.rec, v) - y;
+  for (int v = 0; v < kTailRank; ++v) tail[v] = __shfl_sync(0xffffffffu, x.rec, v);
+  float mass = 0.0f;
+  if (cnt > 0) {  // (warp-uniform) the listed entries' own share of P (K U), and their P mass
+    float y[kLowRank];
+#pragma unroll
+    for (int v = 0; v < kTailRank; ++v) y[v] = pt * kuv[v];  // pt = 0 past the count
+    y[kTailRank] = pt;
+#pragma unroll
+    for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
+    warp_sum8(y, lane);
+#pragma unroll
+    for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
+    mass = y[kTailRank];
   }
-  float mass = pt;
-  for (int o = 16; o > 0; o >>= 1) mass += __shfl_xor_sync(0xffffffffu, mass, o);
   const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
   const int n_rest = n_vis - cnt;
   const float rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
@@ -493,8 +471,11 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
     p.psum[row] = s;  // for the audit's diagnostics (host_dispatch.cc reads r_i and s_i there)
     p.rowsum[row] = rsum;
   }
+  float qf[kV];  // Q_i's columns (exact)
 #pragma unroll
-  for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, x.q[e], part[e]);
+  for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(x.q2[x2]), qf[2 * x2 + 1] = bf16_hi(x.q2[x2]);
+#pragma unroll
+  for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
   for (int t = 0; t < cnt; ++t) {
     const int j = __shfl_sync(0xffffffffu, jt, t);
     const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
@@ -503,18 +484,18 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
       float* a = tab.acc + slot * D + d0;
       if constexpr (kV == 4) {
         float4 t = *reinterpret_cast<float4*>(a);
-        t.x = fmaf(-w, x.q[0], t.x), t.y = fmaf(-w, x.q[1], t.y), t.z = fmaf(-w, x.q[2], t.z), t.w = fmaf(-w, x.q[3], t.w);
+        t.x = fmaf(-w, qf[0], t.x), t.y = fmaf(-w, qf[1], t.y), t.z = fmaf(-w, qf[2], t.z), t.w = fmaf(-w, qf[3], t.w);
         *reinterpret_cast<float4*>(a) = t;
       } else {
         float2 t = *reinterpret_cast<float2*>(a);
-        t.x = fmaf(-w, x.q[0], t.x), t.y = fmaf(-w, x.q[1], t.y);
+        t.x = fmaf(-w, qf[0], t.x), t.y = fmaf(-w, qf[1], t.y);
         *reinterpret_cast<float2*>(a) = t;
       }
       continue;
     }
     float v[kV];
 #pragma unroll
-    for (int e = 0; e < kV; ++e) v[e] = -w * x.q[e];
+    for (int e = 0; e < kV; ++e) v[e] = -w * qf[e];
     atomic_add_vec<kV>(p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0, v);
   }
 }
@@ -527,8 +508,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // rows in order, then the warps in order); without causal masking the last CTA of a head to finish (a counter
 // per head, after a fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum
 // read then.
-// kRing: the rows' inputs through the warp's cp.async ring (above); the same arithmetic in the same order.
-template <int D, bool kRing = false>
+template <int D>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
   constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = WarpDkTable<D>::kSlots;
   constexpr int kRowsPerWarp = kSuffixBlock / kWarps;
@@ -540,6 +520,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+  const __nv_bfloat16* ku_head = p.ku + (static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk * kLowRank;  // bf16(K U) of hk
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
   WarpDkTable<D> tab{tab_acc + warp * kSlots * D};
   // The warp's own table, zeroed lane-strided: a lane later adds into columns other lanes zeroed, so the barrier
@@ -552,30 +533,11 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   // The warp's rows in order: the next row's loads are issued before this row's arithmetic.
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
-  if constexpr (kRing) {
-    extern __shared__ __align__(16) unsigned char ring_raw[];
-    RingSlot<D>* ring = reinterpret_cast<RingSlot<D>*>(ring_raw) + warp * kRingRows;
-    const int i0 = i, rows = max(0, i_end - i0);
-    // kRingRows - 1 rows ahead, one commit group per row (empty past the warp's rows, so the count stays even).
-#pragma unroll
-    for (int t = 0; t < kRingRows - 1; ++t) {
-      if (t < rows) ring_issue<D>(p, ring + t, b, h, i0 + t, lane);
-      cp_async_commit();
-    }
-    for (int t = 0; t < rows; ++t) {
-      __syncwarp();  // every lane has read slot (t - 1) % kRingRows, which the next copy reuses
-      if (t + kRingRows - 1 < rows) ring_issue<D>(p, ring + (t + kRingRows - 1) % kRingRows, b, h, i0 + t + kRingRows - 1, lane);
-      cp_async_commit();
-      cp_async_wait<kRingRows - 1>();  // this thread's copies of row t have landed
-      __syncwarp();                    // and every lane's
-      thresh_dq_row<D>(p, su, tab, b, h, hk, i0 + t, lane, ring_row_loads<D>(p, ring + t % kRingRows, lane), part);
-    }
-    cp_async_wait<0>();
-  } else if (i < i_end) {
+  if (i < i_end) {
     ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
     for (; i < i_end; ++i) {
       const ThreshRowLoads<D> next = i + 1 < i_end ? thresh_row_loads<D>(p, b, h, i + 1, lane) : cur;
-      thresh_dq_row<D>(p, su, tab, b, h, hk, i, lane, cur, part);
+      thresh_dq_row<D>(p, su, ku_head, tab, b, h, hk, i, lane, cur, part);
       cur = next;
     }
   }
@@ -598,7 +560,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
     for (int w = 0; w < kWarps; ++w) sum += sp[w * D + d];
     p.part[(bh * gridDim.x + blockIdx.x) * D + d] = sum;
   }
-  if (p.causal) return;  // suffix_kernel forms every row's suffix sum from the block sums
+  if (p.causal) return;  // thresh_dkv_causal_kernel forms the suffix sums it needs from the block sums
   __threadfence();       // this CTA's block sum is visible before it counts itself done
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(&p.head_done[bh], 1) == static_cast<int>(gridDim.x) - 1;
@@ -610,38 +572,94 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   p.suffix[bh * p.Nq * D + d] = total;
 }
 
-// suffix[b, h, i, d] = sum_{i' >= i} rest_i' Q_i'[d] with causal masking: the block sums after blk (sequential
-// over the few blocks), then down the block's own rows; grid (ceil(Nq / 64), H, B), D threads. (Without
-// causal masking thresh_dq_kernel stores the total, row 0, itself.)
+// thresh-lowrank's dK/dV postprocess with causal masking (without it bwd_postprocess_dkv_kernel<true> subtracts the
+// one total): dK_j = bf16(scale sum_g (dKacc_g,j - suffix_g(first(j)))) and dV_j = bf16(sum_g dVacc_g,j) over the
+// query heads g of kv head hk, where suffix_g(r) = sum_{i >= r} rest_i Q_i (head g) and first(j) = max(0, j - (Nk -
+// Nq)) is the first row that sees key j. Grid (ceil(Nk / 64), Hkv, B): a CTA's 64 keys need the suffix sums of at
+// most 64 consecutive rows, r_lo .. r_hi. Per head, D threads form them in shared memory: the block sums that
+// thresh_dq_kernel wrote for the blocks after r_hi's, from the last down, then the rows one by one from the end of
+// r_hi's block up to r_lo (a fixed order: deterministic). Then every thread applies them to its 4 columns of
+// kPasses keys. The suffix sums never reach global memory (v1.24 in docs/perf-notes.md: a separate kernel used to
+// write all B H Nq D of them for this one to read).
 template <int D>
-__global__ void suffix_kernel(const KernelParams p) {
-  const int b = blockIdx.z, h = blockIdx.y, blk = blockIdx.x, d = threadIdx.x;
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  float run = 0.0f;
-  for (int later = gridDim.x - 1; later > blk; --later) run += p.part[(bh * gridDim.x + later) * D + d];
-  // Sixteen rows' rest_i and Q_i[d] are loaded together (independent loads, in flight at once: in a loop that
-  // stores as it goes, each load would wait behind the previous row's store), then the running sum over them, as
-  // before from the last row up.
-  constexpr int kChunk = 16;
-  static_assert(kSuffixBlock % kChunk == 0, "whole chunks per block");
-  const int i0 = blk * kSuffixBlock, i1 = min(p.Nq, i0 + kSuffixBlock);
-  for (int c0 = i0 + kSuffixBlock - kChunk; c0 >= i0; c0 -= kChunk) {
-    float rv[kChunk], qv[kChunk];
+__global__ void __launch_bounds__(kPostThreads, 2) thresh_dkv_causal_kernel(const KernelParams p) {
+  constexpr int kBlk = kSuffixBlock, kCols = D / 4, kKeyStep = kPostThreads / kCols, kPasses = kBlk / kKeyStep;
+  constexpr int kChunk = 8;  // rows (or block sums) loaded together: independent loads in flight at once
+  static_assert(kPostThreads % kCols == 0 && kBlk % kKeyStep == 0 && kPostThreads >= D, "thread mapping");
+  __shared__ __align__(16) float ssuf[kBlk * D];
+  const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBlk;
+  const int group = p.H / p.Hkv, nb = (p.Nq + kBlk - 1) / kBlk, shift = p.Nk - p.Nq;
+  const int j_last = min(p.Nk, j0 + kBlk) - 1;
+  const int r_lo = max(0, j0 - shift), r_hi = max(0, j_last - shift);  // r_hi < Nq: j_last < Nk
+  const int top = r_hi / kBlk, r_end = min(p.Nq, (top + 1) * kBlk);
+  const int c4 = (threadIdx.x % kCols) * 4, kr = threadIdx.x / kCols;
+  // dV first (no suffix sums: its accumulators are not live during the walks below).
 #pragma unroll
-    for (int x = 0; x < kChunk; ++x) {
-      rv[x] = qv[x] = 0.0f;
-      if (c0 + x < i1) {
-        rv[x] = p.rest[bh * p.Nq + c0 + x];
-        qv[x] = load_bf16(p.q, b, c0 + x, h, d);
+  for (int k = 0; k < kPasses; ++k) {
+    const int j = j0 + kr + k * kKeyStep;
+    if (j >= p.Nk) continue;
+    float4 dv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int g = 0; g < group; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + ((static_cast<int64_t>(b) * p.H + hk * group + g) * p.Nk + j) * D + c4);
+      dv.x += v.x, dv.y += v.y, dv.z += v.z, dv.w += v.w;
+    }
+    store_bf16_vec<4>(p.dv + ((static_cast<int64_t>(b) * p.Nk + j) * p.Hkv + hk) * D + c4, {dv.x, dv.y, dv.z, dv.w});
+  }
+  float4 dk[kPasses];
+#pragma unroll
+  for (int k = 0; k < kPasses; ++k) dk[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int g = 0; g < group; ++g) {
+    const int h = hk * group + g;
+    const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+    if (threadIdx.x < D) {
+      const int d = threadIdx.x;
+      float run = 0.0f;
+      for (int c1 = nb - 1; c1 > top; c1 -= kChunk) {  // block sums c1, c1 - 1, .. (> top)
+        float v[kChunk];
+#pragma unroll
+        for (int x = 0; x < kChunk; ++x) v[x] = c1 - x > top ? p.part[(bh * nb + c1 - x) * D + d] : 0.0f;
+#pragma unroll
+        for (int x = 0; x < kChunk; ++x)
+          if (c1 - x > top) run += v[x];
+      }
+      for (int c1 = r_end - 1; c1 >= r_lo; c1 -= kChunk) {  // rows c1, c1 - 1, .. (>= r_lo)
+        float rv[kChunk], qv[kChunk];
+#pragma unroll
+        for (int x = 0; x < kChunk; ++x) {
+          rv[x] = qv[x] = 0.0f;
+          if (c1 - x >= r_lo) {
+            rv[x] = p.rest[bh * p.Nq + c1 - x];
+            qv[x] = load_bf16(p.q, b, c1 - x, h, d);
+          }
+        }
+#pragma unroll
+        for (int x = 0; x < kChunk; ++x) {
+          const int r = c1 - x;
+          if (r >= r_lo) {
+            run = fmaf(rv[x], qv[x], run);
+            if (r <= r_hi) ssuf[(r - r_lo) * D + d] = run;
+          }
+        }
       }
     }
+    __syncthreads();  // the head's suffix sums are in ssuf
 #pragma unroll
-    for (int x = kChunk - 1; x >= 0; --x) {
-      if (c0 + x < i1) {
-        run = fmaf(rv[x], qv[x], run);
-        p.suffix[(bh * p.Nq + c0 + x) * D + d] = run;
-      }
+    for (int k = 0; k < kPasses; ++k) {
+      const int j = j0 + kr + k * kKeyStep;
+      if (j >= p.Nk) continue;
+      const int64_t row = bh * p.Nk + j;
+      const float4 a = *reinterpret_cast<const float4*>(p.dk_acc + row * D + c4);
+      const float4 s = *reinterpret_cast<const float4*>(ssuf + (max(0, j - shift) - r_lo) * D + c4);
+      dk[k].x += a.x - s.x, dk[k].y += a.y - s.y, dk[k].z += a.z - s.z, dk[k].w += a.w - s.w;
     }
+    __syncthreads();  // every thread has read ssuf before the next head's sums overwrite it
+  }
+#pragma unroll
+  for (int k = 0; k < kPasses; ++k) {
+    const int j = j0 + kr + k * kKeyStep;
+    if (j >= p.Nk) continue;
+    const int64_t idx = ((static_cast<int64_t>(b) * p.Nk + j) * p.Hkv + hk) * D + c4;
+    store_bf16_vec<4>(p.dk + idx, {p.scale * dk[k].x, p.scale * dk[k].y, p.scale * dk[k].z, p.scale * dk[k].w});
   }
 }
 

@@ -48,7 +48,7 @@ inline std::vector<Case> awkward_cases() {
           Case{97, 97, 2, 1, 32, true, 64, 64},      Case{97, 97, 2, 2, 128, false, 32, 48},
           Case{1025, 1025, 1, 1, 64, true, 64, 64},  Case{97, 1025, 2, 1, 64, true, 64, 128},
           Case{1025, 97, 1, 1, 32, true, 128, 32},   Case{64, 200, 4, 2, 128, false, 64, 64},
-          Case{200, 64, 4, 1, 64, false, 16, 16}};
+          Case{200, 64, 4, 1, 64, false, 16, 16},    Case{1025, 97, 2, 1, 128, true, 64, 64}};
 }
 
 // Names a Case in gtest's messages instead of a byte dump.

@@ -198,11 +198,6 @@ TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank v" + std::to_string(version));
   }
-  // The dQ correction through its cp.async ring (experimental), on the default main kernel.
-  p.cuda_backward_wgmma = -1;
-  p.cuda_thresh_dq_ring = 1;
-  const VariantRun ring = run_variant(s, p, oracle, Device::kCuda);
-  expect_matches_oracle_and_cpu(ring, cpu, ref, oracle, kBackward, "thresh-lowrank, dQ correction ring");
 }
 
 // dK compensation (FlashParams::dk_compensation_rank = 8; the v3.1 thresh-lowrank kernel at D = 64): the same
@@ -455,22 +450,6 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
       const std::string msg = e.what();
       EXPECT_TRUE(msg.find("cuda_backward_wgmma") != std::string::npos ||
                   msg.find("dk_compensation_rank") != std::string::npos) << msg;
-    }
-  }
-  // The dQ correction's ring serves thresh-lowrank only; values other than 0 and 1 are invalid.
-  FlashParams ring_base = test::params_for(Variant::kBaseline), ring_bad = base;
-  ring_base.cuda_thresh_dq_ring = 1;
-  ring_bad.cuda_thresh_dq_ring = 2;
-  for (const auto& [what, q, code] : {std::tuple<const char*, FlashParams, ErrorCode>{"ring with baseline", ring_base,
-                                                                                      ErrorCode::kUnsupported},
-                                      {"ring = 2", ring_bad, ErrorCode::kInvalidArgument}}) {
-    try {
-      attention_backward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), f.o.view(), f.o_fp32.view(),
-                         f.lse.view(), s128.dout.view(), q);
-      ADD_FAILURE() << what << " was expected to be refused";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), code) << what << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("cuda_thresh_dq_ring"), std::string::npos) << e.what();
     }
   }
   // v3.3 (experimental) is a D = 128 kernel: at D = 64 the request is refused too.

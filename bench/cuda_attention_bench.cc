@@ -117,9 +117,19 @@ int main(int argc, char** argv) {
   struct Shape {
     int64_t D, N;
     bool causal;
+    std::string tag() const { return std::to_string(D) + ":" + std::to_string(N) + ":" + (causal ? "1" : "0"); }
   };
-  for (const Shape& shape : {Shape{128, 4096, false}, Shape{128, 4096, true}, Shape{64, 1024, false}}) {
-    const std::string tag = std::to_string(shape.D) + ":" + std::to_string(shape.N) + ":" + (shape.causal ? "1" : "0");
+  // The speed-bar shape both ways, and the training testbed's (D = 64, N = 1k) both ways.
+  const std::vector<Shape> shapes{{128, 4096, false}, {128, 4096, true}, {64, 1024, false}, {64, 1024, true}};
+  if (!shape_filter.empty() &&
+      std::none_of(shapes.begin(), shapes.end(), [&](const Shape& s) { return s.tag() == shape_filter; })) {
+    std::string known;
+    for (const Shape& s : shapes) known += " " + s.tag();
+    std::fprintf(stderr, "--shape %s is not one of the benchmark's shapes:%s\n", shape_filter.c_str(), known.c_str());
+    return 2;
+  }
+  for (const Shape& shape : shapes) {
+    const std::string tag = shape.tag();
     if (!shape_filter.empty() && shape_filter != tag) continue;
     {
       {
@@ -151,15 +161,13 @@ int main(int argc, char** argv) {
           int backward_warps = 4;
           bool row_stats = false;   // the audit's r_i, s_i (the main kernel's kStats form): only with --only
           int dk_rank = 0;          // FlashParams::dk_compensation_rank (CUDA: 8, D = 64 only)
-          int dq_ring = 0;          // FlashParams::cuda_thresh_dq_ring (experimental)
         };
         // baseline and gproj (thresh-lowrank): the defaults (forward v2.2, backward v3.2 / v3.1); -v1: the
         // mma.sync kernels both ways; gproj-pw: the pweighted projection (v1 backward); base-fwd1 / base-fwd21:
         // the v1 / v2.1 forward; base-v31 / gproj-v31: the v3.1 backward; base-v33 / gproj-v33: v3.3 (16-byte dQ
         // atomics, experimental, D = 128); on demand (--only): base-w8-wg, the
         // wide backward with the v2.1 forward; base-wgbwd, v3.0; base-stats, the audit's statistics. gproj-dkc:
-        // gproj with the dK compensation (experimental; D = 64 rows only). gproj-ring: gproj with the dQ
-        // correction's cp.async ring (experimental).
+        // gproj with the dK compensation (experimental; D = 64 rows only).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
                                   Config{"base-v1", Variant::kBaseline, kNone, 0, 0},
@@ -175,8 +183,7 @@ int main(int argc, char** argv) {
                                   Config{"base-w8-wg", Variant::kBaseline, kNone, 1, -1, 8},
                                   Config{"base-wgbwd", Variant::kBaseline, kNone, -1, 1},
                                   Config{"base-stats", Variant::kBaseline, kNone, -1, -1, 4, true},
-                                  Config{"gproj-dkc", Variant::kGproj, kThresh, -1, -1, 4, false, 8},
-                                  Config{"gproj-ring", Variant::kGproj, kThresh, -1, -1, 4, false, 0, 1}}) {
+                                  Config{"gproj-dkc", Variant::kGproj, kThresh, -1, -1, 4, false, 8}}) {
           // The experimental forms and the audit's statistics run only when named (--only).
           const bool on_demand = cfg.row_stats || cfg.backward_warps == 8 || cfg.wgmma_backward == 1;
           if (only.empty() ? on_demand : only != cfg.label) continue;
@@ -196,7 +203,6 @@ int main(int argc, char** argv) {
           p.row_stats = cfg.row_stats;
           p.params.cuda_backward_wgmma = cfg.wgmma_backward;
           p.params.dk_compensation_rank = cfg.dk_rank;
-          p.params.cuda_thresh_dq_ring = cfg.dq_ring;
           p.params.causal = causal;
           void* ws;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));

@@ -81,7 +81,7 @@ cat "$out/cuda_bench.txt"
 t0=$(date +%s)
 {
   for shape in 128:4096:0 128:4096:1; do
-    for label in baseline gproj gproj-ring; do
+    for label in baseline gproj; do
       timeout 60 "$bench_bin" --only "$label" --shape "$shape" --q-scale 4 --reps 5 | grep -vE '^(variant|#)' | sed 's/$/  q x 4/'
     done
   done
@@ -89,7 +89,7 @@ t0=$(date +%s)
     timeout 60 "$bench_bin" --only "$label" --shape 128:4096:0 --sink --reps 5 | grep -vE '^(variant|#)' | sed 's/$/  sink/'
   done
 } >"$out/cuda_bench_sharp.txt" 2>&1
-note "cuda_attention_bench --q-scale 4 and --sink (baseline, gproj, gproj-ring at D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
+note "cuda_attention_bench --q-scale 4 and --sink (baseline and gproj at D = 128, N = 4k): rc=$? in $(( $(date +%s) - t0 )) s"
 cat "$out/cuda_bench_sharp.txt"
 # COMPARE_BENCH=DIR (DIR/bench.tar.xz: an earlier commit's cuda_attention_bench, DIR/COMMIT its commit): gproj's
 # rows again, the earlier binary and this one in turn on the same inputs, for a before/after on this machine.
@@ -98,7 +98,7 @@ if [ -n "${COMPARE_BENCH:-}" ] && [ -f "$COMPARE_BENCH/bench.tar.xz" ]; then
   old_commit=$(cat "$COMPARE_BENCH/COMMIT")
   {
     for inputs in "" "--q-scale 4" "--sink"; do
-      for shape in 128:4096:0 128:4096:1 64:1024:0; do
+      for shape in 128:4096:0 128:4096:1 64:1024:0 64:1024:1; do
         for which in "$old_commit" "$GPROJ_COMMIT"; do
           b=$bench_bin
           [ "$which" = "$old_commit" ] && b=/tmp/compare_bench/cuda_attention_bench

@@ -598,15 +598,17 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
 // Nq)) is the first row that sees key j. Grid (ceil(Nk / 64), Hkv, B): a CTA's 64 keys need the suffix sums of at
 // most 64 consecutive rows, r_lo .. r_hi. Per head they are formed in shared memory from the sum of the blocks
 // after r_hi's (thresh_dq_kernel's last CTA of the head turned the block sums into these) and the rows from the end
-// of r_hi's block down to r_lo, which kSeg thread groups of D threads walk in kSeg segments at once (each from its
+// of r_hi's block down to r_lo, which kSeg groups of D threads walk in kSeg segments at once (each from its
 // segment's top; then each adds the totals of the segments above): a fixed order, deterministic. Then every
 // thread applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
 // docs/perf-notes.md: a separate kernel used to write all B H Nq D of them for this one to read).
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_causal_kernel(const KernelParams p) {
   constexpr int kBlk = kSuffixBlock, kCols = D / 4, kKeyStep = kPostThreads / kCols, kPasses = kBlk / kKeyStep;
-  constexpr int kSeg = kPostThreads / D, kChunk = 8;  // walk segments; rows loaded together (in flight at once)
-  static_assert(kPostThreads % kCols == 0 && kBlk % kKeyStep == 0 && kPostThreads % D == 0, "thread mapping");
+  // Walk segments (perf-notes, v1.24b/c: four at D = 64 were faster than one; two at D = 128 slower) and the
+  // rows loaded together (in flight at once).
+  constexpr int kSeg = D == 64 ? 4 : 1, kChunk = 8;
+  static_assert(kPostThreads % kCols == 0 && kBlk % kKeyStep == 0 && kSeg * D <= kPostThreads, "thread mapping");
   __shared__ __align__(16) float ssuf[kBlk * D];
   __shared__ float stot[kSeg * D];
   const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBlk;
@@ -615,8 +617,8 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
   const int r_lo = max(0, j0 - shift), r_hi = max(0, j_last - shift);  // r_hi < Nq: j_last < Nk
   const int top = r_hi / kBlk, r_end = min(p.Nq, (top + 1) * kBlk);
   const int seg_len = (r_end - r_lo + kSeg - 1) / kSeg;  // the walk: rows r_lo .. r_end - 1
-  const int d = threadIdx.x % D, seg = threadIdx.x / D;
-  const int s_lo = r_lo + seg * seg_len, s_end = min(r_end, s_lo + seg_len);  // this thread's segment
+  const int d = threadIdx.x % D, seg = threadIdx.x / D;  // threads past kSeg D do not walk
+  const int s_lo = r_lo + seg * seg_len, s_end = seg < kSeg ? min(r_end, s_lo + seg_len) : s_lo;  // its segment
   const int c4 = (threadIdx.x % kCols) * 4, kr = threadIdx.x / kCols;
   // dV first (no suffix sums: its accumulators are not live during the walks below).
 #pragma unroll
@@ -636,7 +638,7 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
     const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-    const float after = p.part[(bh * nb + top) * D + d];  // the blocks after r_hi's
+    const float after = seg < kSeg ? p.part[(bh * nb + top) * D + d] : 0.0f;  // the blocks after r_hi's
     float run = 0.0f;
     for (int c1 = s_end - 1; c1 >= s_lo; c1 -= kChunk) {  // the segment's rows c1, c1 - 1, .. (>= s_lo)
       float rv[kChunk], qv[kChunk];
@@ -657,7 +659,7 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
         }
       }
     }
-    stot[seg * D + d] = run;
+    if (seg < kSeg) stot[seg * D + d] = run;
     __syncthreads();  // every segment's total
     float offset = after;
     for (int s2 = kSeg - 1; s2 > seg; --s2) offset += stot[s2 * D + d];

@@ -505,10 +505,9 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // (ceil(Nq / 64), H, B): a CTA's rows share one kv head, whose U it stages once in shared memory, transposed
 // ([8][D]: lanes read consecutive words). Warp w takes the block's rows 8 w .. 8 w + 7 (consecutive rows list
 // the same keys most). The CTA also writes part[b, h, blk] = sum over its rows of rest_i Q_i (each warp over its
-// rows in order, then the warps in order). The last CTA of a head to finish (a counter per head, after a fence)
-// then, without causal masking, adds the blocks in order and stores the total as suffix row 0, the only suffix sum
-// read then; with causal masking it replaces each block sum by the sum of the blocks after it, from the last down
-// (thresh_dkv_causal_kernel adds the rows of a block to them).
+// rows in order, then the warps in order); without causal masking the last CTA of a head to finish (a counter
+// per head, after a fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum
+// read then.
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
   constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = WarpDkTable<D>::kSlots;
@@ -561,52 +560,33 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
     for (int w = 0; w < kWarps; ++w) sum += sp[w * D + d];
     p.part[(bh * gridDim.x + blockIdx.x) * D + d] = sum;
   }
-  __threadfence();  // this CTA's block sum is visible before it counts itself done
+  if (p.causal) return;  // thresh_dkv_causal_kernel forms the suffix sums it needs from the block sums
+  __threadfence();       // this CTA's block sum is visible before it counts itself done
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(&p.head_done[bh], 1) == static_cast<int>(gridDim.x) - 1;
   __syncthreads();
   if (!last || d >= D) return;
   __threadfence();
-  const int nb = gridDim.x;
-  float* sums = p.part + bh * nb * D + d;
-  if (!p.causal) {  // the total, the only suffix sum read (bwd_postprocess_dkv_kernel<true>)
-    float total = 0.0f;
-    for (int blk = 0; blk < nb; ++blk) total += __ldcg(sums + blk * D);
-    p.suffix[bh * p.Nq * D + d] = total;
-    return;
-  }
-  // With causal masking the block sums become, in place, the sums of the blocks after each (from the last down;
-  // thresh_dkv_causal_kernel adds its rows to them). Sixteen loads in flight at a time.
-  constexpr int kChunk = 16;
-  float run = 0.0f;
-  for (int c1 = nb - 1; c1 >= 0; c1 -= kChunk) {
-    float v[kChunk];
-#pragma unroll
-    for (int x = 0; x < kChunk; ++x) v[x] = c1 - x >= 0 ? __ldcg(sums + (c1 - x) * D) : 0.0f;
-#pragma unroll
-    for (int x = 0; x < kChunk; ++x)
-      if (c1 - x >= 0) {
-        sums[(c1 - x) * D] = run;
-        run += v[x];
-      }
-  }
+  float total = 0.0f;
+  for (int blk = 0; blk < static_cast<int>(gridDim.x); ++blk) total += __ldcg(p.part + (bh * gridDim.x + blk) * D + d);
+  p.suffix[bh * p.Nq * D + d] = total;
 }
 
 // thresh-lowrank's dK/dV postprocess with causal masking (without it bwd_postprocess_dkv_kernel<true> subtracts the
 // one total): dK_j = bf16(scale sum_g (dKacc_g,j - suffix_g(first(j)))) and dV_j = bf16(sum_g dVacc_g,j) over the
 // query heads g of kv head hk, where suffix_g(r) = sum_{i >= r} rest_i Q_i (head g) and first(j) = max(0, j - (Nk -
 // Nq)) is the first row that sees key j. Grid (ceil(Nk / 64), Hkv, B): a CTA's 64 keys need the suffix sums of at
-// most 64 consecutive rows, r_lo .. r_hi. Per head they are formed in shared memory from the sum of the blocks
-// after r_hi's (thresh_dq_kernel's last CTA of the head turned the block sums into these) and the rows from the end
-// of r_hi's block down to r_lo, which kSeg groups of D threads walk in kSeg segments at once (each from its
-// segment's top; then each adds the totals of the segments above): a fixed order, deterministic. Then every
-// thread applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
+// most 64 consecutive rows, r_lo .. r_hi. Per head they are formed in shared memory: the block sums that
+// thresh_dq_kernel wrote for the blocks after r_hi's (from the last down), plus the rows from the end of r_hi's block
+// down to r_lo, which kSeg groups of D threads walk in kSeg segments at once (each from its segment's top; with more
+// than one, each then adds the block sums and the totals of the segments above). A fixed order: deterministic. Then
+// every thread applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
 // docs/perf-notes.md: a separate kernel used to write all B H Nq D of them for this one to read).
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_causal_kernel(const KernelParams p) {
   constexpr int kBlk = kSuffixBlock, kCols = D / 4, kKeyStep = kPostThreads / kCols, kPasses = kBlk / kKeyStep;
-  // Walk segments (perf-notes, v1.24b/c: four at D = 64 were faster than one; two at D = 128 slower) and the
-  // rows loaded together (in flight at once).
+  // Walk segments (perf-notes, v1.24b/c: four at D = 64 were faster than one; at D = 128 one is kept) and the
+  // rows or block sums loaded together (in flight at once).
   constexpr int kSeg = D == 64 ? 4 : 1, kChunk = 8;
   static_assert(kPostThreads % kCols == 0 && kBlk % kKeyStep == 0 && kSeg * D <= kPostThreads, "thread mapping");
   __shared__ __align__(16) float ssuf[kBlk * D];
@@ -638,8 +618,18 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
     const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-    const float after = seg < kSeg ? p.part[(bh * nb + top) * D + d] : 0.0f;  // the blocks after r_hi's
-    float run = 0.0f;
+    float after = 0.0f;  // the block sums after r_hi's block, from the last down
+    if (seg < kSeg) {
+      for (int c1 = nb - 1; c1 > top; c1 -= kChunk) {
+        float v[kChunk];
+#pragma unroll
+        for (int x = 0; x < kChunk; ++x) v[x] = c1 - x > top ? p.part[(bh * nb + c1 - x) * D + d] : 0.0f;
+#pragma unroll
+        for (int x = 0; x < kChunk; ++x)
+          if (c1 - x > top) after += v[x];
+      }
+    }
+    float run = kSeg == 1 ? after : 0.0f;  // one segment: the walk starts from them (v1.24's order)
     for (int c1 = s_end - 1; c1 >= s_lo; c1 -= kChunk) {  // the segment's rows c1, c1 - 1, .. (>= s_lo)
       float rv[kChunk], qv[kChunk];
 #pragma unroll
@@ -659,11 +649,13 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
         }
       }
     }
-    if (seg < kSeg) stot[seg * D + d] = run;
-    __syncthreads();  // every segment's total
-    float offset = after;
-    for (int s2 = kSeg - 1; s2 > seg; --s2) offset += stot[s2 * D + d];
-    for (int r = s_lo; r < min(s_end, r_hi + 1); ++r) ssuf[(r - r_lo) * D + d] += offset;
+    if constexpr (kSeg > 1) {
+      if (seg < kSeg) stot[seg * D + d] = run;
+      __syncthreads();  // every segment's total
+      float offset = after;
+      for (int s2 = kSeg - 1; s2 > seg; --s2) offset += stot[s2 * D + d];
+      for (int r = s_lo; r < min(s_end, r_hi + 1); ++r) ssuf[(r - r_lo) * D + d] += offset;
+    }
     __syncthreads();  // the head's suffix sums are in ssuf
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {

@@ -6,9 +6,12 @@
 # Device tool: `GPROJ_COMMIT=<commit> bash scripts/device_profile_overhead.sh`, carry [".gproj_commit", ".prebuilt"].
 #   SHAPES  (default "128:4096:0 128:4096:1 64:1024:1"; D:N:causal, the last the training testbed's)
 #   INPUTS  (default "gaussian q4"; q4 = --q-scale 4, sink = --sink)
+#   NCU_WARM=1: the times without ncu's cache flush and clock lock (--cache-control none --clock-control none), so
+#     that a latency-bound kernel finds in L2 what the kernel before it left there, as in a real run (session 8:
+#     under the default flush thresh_dkv_causal_kernel read 668 µs while the whole backward was as fast as before)
 # Output: $OUT/overhead.txt (the tables) and $OUT/overhead.tgz (the CSVs and reports).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 out="${OUT:-/tmp/gproj-out}"
 work="$out/overhead"
 mkdir -p "$work"
@@ -27,12 +30,14 @@ input_args() {  # gaussian | q4 | sink
   esac
 }
 
+warm=""
+[ "${NCU_WARM:-0}" = 1 ] && warm="--cache-control none --clock-control none"
 for shape in ${SHAPES:-128:4096:0 128:4096:1 64:1024:1}; do
   for kind in ${INPUTS:-gaussian q4}; do
     args=$(input_args "$kind") || exit 2
     for label in baseline gproj; do
       # shellcheck disable=SC2086
-      timeout 120 ncu --metrics gpu__time_duration.sum --csv --print-units base "$bench" --only "$label" \
+      timeout 120 ncu $warm --metrics gpu__time_duration.sum --csv --print-units base "$bench" --only "$label" \
         --shape "$shape" --reps 1 $args >"$work/times_${shape//:/_}_${kind}_$label.csv" 2>/dev/null
       echo "== $shape $kind $label: rc=$?"
     done

@@ -277,14 +277,6 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
 }
 
-// The listed entries' dK corrections of one warp of the dQ correction (its 8 consecutive rows), summed per key in
-// shared memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local
-// attention, a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry.
-// Each warp has its own kSlots keys (kSlots x D floats; 32 KB for the CTA's 8 warps), so an add is a plain
-// read-modify-write of the lane's own columns: no shared-memory float atomics (compare-and-swap loops on sm_90,
-// 12% of the kernel's stall samples with one table for the CTA) and no probing. The slots' keys live in lanes
-// 0..kSlots-1 (one register); a lookup is two ballots. An entry whose key finds no free slot goes straight to
-// dk_acc as before.
 // Sums each of v[0..7] over the warp (every lane gets the 8 sums): 9 exchanges and one broadcast per value instead
 // of 8 x 5 exchanges. The first three steps halve the values a lane carries (the lane with the step's bit set keeps
 // the upper half), two plain steps finish the sums. A fixed order: deterministic, the same in every lane.
@@ -312,6 +304,14 @@ __device__ __forceinline__ void warp_sum8(float (&v)[8], int lane) {
   for (int k = 0; k < 8; ++k) v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 4) | ((k >> 1 & 1) << 3) | ((k & 1) << 2));
 }
 
+// The listed entries' dK corrections of one warp of the dQ correction (its 8 consecutive rows), summed per key in
+// shared memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local
+// attention, a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry.
+// Each warp has its own kSlots keys (kSlots x D floats; 32 KB for the CTA's 8 warps), so an add is a plain
+// read-modify-write of the lane's own columns: no shared-memory float atomics (compare-and-swap loops on sm_90,
+// 12% of the kernel's stall samples with one table for the CTA) and no probing. The slots' keys live in lanes
+// 0..kSlots-1 (one register); a lookup is two ballots. An entry whose key finds no free slot goes straight to
+// dk_acc as before.
 template <int D>
 struct WarpDkTable {
   static constexpr int kSlots = 1024 / D;  // per warp: 8 at D = 128, 16 at D = 64

@@ -40,6 +40,14 @@ __device__ inline uint64_t wg_desc_mnmajor(const void* smem, uint32_t n_block_by
   return kMnMajorLboIsNBlock ? wg_desc(smem, n_block_bytes, 1024) : wg_desc(smem, 1024, n_block_bytes);
 }
 
+// `desc` (an operand at shared address a) moved to a + `elems` BF16 elements: the start field (address / 16, bits
+// 0-13) gains elems / 8. Exact while the address stays in shared memory (< 256 KB, so no carry leaves the field);
+// elems is a multiple of 8. One add instead of a descriptor built from a pointer (address conversion, mask,
+// shift, field bits) for every k-step.
+__device__ __forceinline__ uint64_t wg_desc_advance(uint64_t desc, int elems) {
+  return desc + static_cast<uint64_t>(elems >> 3);
+}
+
 __device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ inline void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }

@@ -57,7 +57,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   uint64_t* empty = full + 3;                                              // [1] Q landed
   uint64_t* q_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int wg = warp >> 2, w4 = warp & 3;
+  // wg through a broadcast: the compiler then knows it is warp-uniform, and the shared-memory descriptors that
+  // depend on it live in uniform registers (as in flash_bwd_wg.cuh).
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), w4 = warp & 3;
   const int b = blockIdx.z, h = blockIdx.y;
   const int qb = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int i0 = qb * BQ, hk = h / (p.H / p.Hkv);
@@ -110,15 +112,17 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
   float s[32];
   // S = Q K^T of key block jb (stage jb % kWgStages) for this warpgroup's 64 rows: issued, not waited for.
+  const uint64_t q_desc0 = wg_desc_kmajor(sQ + wg * 64 * 64);
   const auto issue_s = [&](int jb) {
-    const bf16_t* kt = sK + (jb % kWgStages) * BK * D;
+    const bf16_t* kt = sK + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * BK * D;  // warp-uniform stage
+    const uint64_t k_desc0 = wg_desc_kmajor(kt);
     wg_fence();
 #pragma unroll
     for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
-        const uint64_t da = wg_desc_kmajor(sQ + kb * BQ * 64 + wg * 64 * 64 + kin * 16);
-        const uint64_t db = wg_desc_kmajor(kt + kb * BK * 64 + kin * 16);
+        const uint64_t da = wg_desc_advance(q_desc0, kb * BQ * 64 + kin * 16);
+        const uint64_t db = wg_desc_advance(k_desc0, kb * BK * 64 + kin * 16);
         if (kb + kin == 0) wgmma_ss_n64_first(s, da, db);
         else wgmma_ss_n64<0>(s, da, db, 1);
       }
@@ -189,13 +193,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       issue_s(jb + 1);
     }
     // O += bf16(P) V of block jb, one 64-column block of D at a time, 16 keys per step.
-    const bf16_t* vt = sV + (jb % kWgStages) * BK * D;
+    const bf16_t* vt = sV + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * BK * D;  // warp-uniform stage
+    const uint64_t v_desc0 = wg_desc_mnmajor(vt, BK * 128);
     wg_fence();
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t db = wg_desc_mnmajor(vt + nb * BK * 64 + kk * 16 * 64, BK * 128);
+        const uint64_t db = wg_desc_advance(v_desc0, nb * BK * 64 + kk * 16 * 64);
         wgmma_rs_n64<1>(o[nb], pf[kk], db, 1);
       }
     wg_commit();

@@ -576,22 +576,29 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
 // one total): dK_j = bf16(scale sum_g (dKacc_g,j - suffix_g(first(j)))) and dV_j = bf16(sum_g dVacc_g,j) over the
 // query heads g of kv head hk, where suffix_g(r) = sum_{i >= r} rest_i Q_i (head g) and first(j) = max(0, j - (Nk -
 // Nq)) is the first row that sees key j. Grid (ceil(Nk / 64), Hkv, B): a CTA's 64 keys need the suffix sums of at
-// most 64 consecutive rows, r_lo .. r_hi. Per head, D threads form them in shared memory: the block sums that
-// thresh_dq_kernel wrote for the blocks after r_hi's, from the last down, then the rows one by one from the end of
-// r_hi's block up to r_lo (a fixed order: deterministic). Then every thread applies them to its 4 columns of
-// kPasses keys. The suffix sums never reach global memory (v1.24 in docs/perf-notes.md: a separate kernel used to
-// write all B H Nq D of them for this one to read).
+// most 64 consecutive rows, r_lo .. r_hi. Per head they are formed in shared memory: the block sums that
+// thresh_dq_kernel wrote for the blocks after r_hi's (from the last down), plus the rows from the end of r_hi's block
+// down to r_lo, which kSeg groups of D threads walk in kSeg segments at once (each from its segment's top; with more
+// than one, each then adds the block sums and the totals of the segments above). A fixed order: deterministic. Then
+// every thread applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
+// docs/perf-notes.md: a separate kernel used to write all B H Nq D of them for this one to read).
 template <int D>
-__global__ void __launch_bounds__(kPostThreads, 2) thresh_dkv_causal_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_causal_kernel(const KernelParams p) {
   constexpr int kBlk = kSuffixBlock, kCols = D / 4, kKeyStep = kPostThreads / kCols, kPasses = kBlk / kKeyStep;
-  constexpr int kChunk = 8;  // rows (or block sums) loaded together: independent loads in flight at once
-  static_assert(kPostThreads % kCols == 0 && kBlk % kKeyStep == 0 && kPostThreads >= D, "thread mapping");
+  // Walk segments (perf-notes, v1.24b/c: four at D = 64 were faster than one; at D = 128 one is kept) and the
+  // rows or block sums loaded together (in flight at once).
+  constexpr int kSeg = D == 64 ? 4 : 1, kChunk = 8;
+  static_assert(kPostThreads % kCols == 0 && kBlk % kKeyStep == 0 && kSeg * D <= kPostThreads, "thread mapping");
   __shared__ __align__(16) float ssuf[kBlk * D];
+  __shared__ float stot[kSeg * D];
   const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBlk;
   const int group = p.H / p.Hkv, nb = (p.Nq + kBlk - 1) / kBlk, shift = p.Nk - p.Nq;
   const int j_last = min(p.Nk, j0 + kBlk) - 1;
   const int r_lo = max(0, j0 - shift), r_hi = max(0, j_last - shift);  // r_hi < Nq: j_last < Nk
   const int top = r_hi / kBlk, r_end = min(p.Nq, (top + 1) * kBlk);
+  const int seg_len = (r_end - r_lo + kSeg - 1) / kSeg;  // the walk: rows r_lo .. r_end - 1
+  const int d = threadIdx.x % D, seg = threadIdx.x / D;  // threads past kSeg D do not walk
+  const int s_lo = r_lo + seg * seg_len, s_end = seg < kSeg ? min(r_end, s_lo + seg_len) : s_lo;  // its segment
   const int c4 = (threadIdx.x % kCols) * 4, kr = threadIdx.x / kCols;
   // dV first (no suffix sums: its accumulators are not live during the walks below).
 #pragma unroll
@@ -611,36 +618,43 @@ __global__ void __launch_bounds__(kPostThreads, 2) thresh_dkv_causal_kernel(cons
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
     const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-    if (threadIdx.x < D) {
-      const int d = threadIdx.x;
-      float run = 0.0f;
-      for (int c1 = nb - 1; c1 > top; c1 -= kChunk) {  // block sums c1, c1 - 1, .. (> top)
+    float after = 0.0f;  // the block sums after r_hi's block, from the last down
+    if (seg < kSeg) {
+      for (int c1 = nb - 1; c1 > top; c1 -= kChunk) {
         float v[kChunk];
 #pragma unroll
         for (int x = 0; x < kChunk; ++x) v[x] = c1 - x > top ? p.part[(bh * nb + c1 - x) * D + d] : 0.0f;
 #pragma unroll
         for (int x = 0; x < kChunk; ++x)
-          if (c1 - x > top) run += v[x];
+          if (c1 - x > top) after += v[x];
       }
-      for (int c1 = r_end - 1; c1 >= r_lo; c1 -= kChunk) {  // rows c1, c1 - 1, .. (>= r_lo)
-        float rv[kChunk], qv[kChunk];
+    }
+    float run = kSeg == 1 ? after : 0.0f;  // one segment: the walk starts from them (v1.24's order)
+    for (int c1 = s_end - 1; c1 >= s_lo; c1 -= kChunk) {  // the segment's rows c1, c1 - 1, .. (>= s_lo)
+      float rv[kChunk], qv[kChunk];
 #pragma unroll
-        for (int x = 0; x < kChunk; ++x) {
-          rv[x] = qv[x] = 0.0f;
-          if (c1 - x >= r_lo) {
-            rv[x] = p.rest[bh * p.Nq + c1 - x];
-            qv[x] = load_bf16(p.q, b, c1 - x, h, d);
-          }
-        }
-#pragma unroll
-        for (int x = 0; x < kChunk; ++x) {
-          const int r = c1 - x;
-          if (r >= r_lo) {
-            run = fmaf(rv[x], qv[x], run);
-            if (r <= r_hi) ssuf[(r - r_lo) * D + d] = run;
-          }
+      for (int x = 0; x < kChunk; ++x) {
+        rv[x] = qv[x] = 0.0f;
+        if (c1 - x >= s_lo) {
+          rv[x] = p.rest[bh * p.Nq + c1 - x];
+          qv[x] = load_bf16(p.q, b, c1 - x, h, d);
         }
       }
+#pragma unroll
+      for (int x = 0; x < kChunk; ++x) {
+        const int r = c1 - x;
+        if (r >= s_lo) {
+          run = fmaf(rv[x], qv[x], run);
+          if (r <= r_hi) ssuf[(r - r_lo) * D + d] = run;
+        }
+      }
+    }
+    if constexpr (kSeg > 1) {
+      if (seg < kSeg) stot[seg * D + d] = run;
+      __syncthreads();  // every segment's total
+      float offset = after;
+      for (int s2 = kSeg - 1; s2 > seg; --s2) offset += stot[s2 * D + d];
+      for (int r = s_lo; r < min(s_end, r_hi + 1); ++r) ssuf[(r - r_lo) * D + d] += offset;
     }
     __syncthreads();  // the head's suffix sums are in ssuf
 #pragma unroll
@@ -652,7 +666,7 @@ __global__ void __launch_bounds__(kPostThreads, 2) thresh_dkv_causal_kernel(cons
       const float4 s = *reinterpret_cast<const float4*>(ssuf + (max(0, j - shift) - r_lo) * D + c4);
       dk[k].x += a.x - s.x, dk[k].y += a.y - s.y, dk[k].z += a.z - s.z, dk[k].w += a.w - s.w;
     }
-    __syncthreads();  // every thread has read ssuf before the next head's sums overwrite it
+    __syncthreads();  // every thread has read ssuf and stot before the next head's walk overwrites them
   }
 #pragma unroll
   for (int k = 0; k < kPasses; ++k) {

@@ -449,7 +449,8 @@ struct PrepassJoins {
 };
 
 // thresh-lowrank (docs/gproj-projection.md), after its pre-passes (lowrank_prepass): the main kernel with the row
-// lists and P (K U), the dQ postprocess with the corrections, the dK/dV postprocess with the uniform dK part.
+// lists and P (K U), the dQ postprocess with the corrections, and with causal masking the dK/dV postprocess with the
+// uniform dK part.
 template <int D>
 Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaMaps* v31_maps, cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
@@ -467,15 +468,10 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
   // (the only suffix sum then read).
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
   s = launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
-  if (!s.ok) return s;
-  // dK/dV with the uniform dK part: with causal masking each key block forms the suffix sums it needs itself.
-  if (k.causal) {
-    const dim3 kgrid((k.Nk + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.Hkv, k.B);
-    return launch(detail::thresh_dkv_causal_kernel<D>, kgrid, 0, stream, k, "thresh-lowrank dK/dV postprocess", threads);
-  }
-  const int64_t n4 = static_cast<int64_t>(k.B) * k.Nk * k.Hkv * D / 4;
-  return launch(detail::bwd_postprocess_dkv_kernel<true>, dim3(static_cast<unsigned>((n4 + threads - 1) / threads)), 0,
-                stream, k, "backward dK/dV postprocess", threads);
+  if (!s.ok || !k.causal) return s;  // without causal masking the caller's bwd_postprocess_dkv_kernel<true> follows
+  // With causal masking the dK/dV postprocess is thresh-lowrank's own: each key block forms its suffix sums.
+  const dim3 kgrid((k.Nk + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.Hkv, k.B);
+  return launch(detail::thresh_dkv_causal_kernel<D>, kgrid, 0, stream, k, "thresh-lowrank dK/dV postprocess", threads);
 }
 
 }  // namespace
@@ -724,7 +720,9 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     Status s = joins.join();
     if (!s.ok) return s;
     s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
-    return s;
+    if (!s.ok || kp.causal) return s;  // with causal masking backward_thresh ran the dK/dV postprocess
+    detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
+    return last_error("backward dK/dV postprocess");
   }
   const bool wide = p.params.cuda_backward_warps == 8;
   Status s;

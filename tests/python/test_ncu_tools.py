@@ -1,6 +1,7 @@
-# bench/ncu_stall_top.py and bench/ncu_times.py, the readers of the GPU machine's ncu output: the stall summary
-# of a source-page CSV and the per-kernel times (and the baseline/gproj table) of a times CSV, on small files
-# whose answers are known, and their refusals. Part of scripts/python_test.sh.
+# The kernel-reading tools: bench/ncu_stall_top.py and bench/ncu_times.py, the readers of the GPU machine's ncu
+# output (the stall summary of a source-page CSV, the per-kernel times and the baseline/gproj table of a times
+# CSV), and bench/sass_count.py (static opcode counts of a cuobjdump listing), on small files whose answers are
+# known, and their refusals. Part of scripts/python_test.sh.
 import importlib.util
 from pathlib import Path
 
@@ -83,3 +84,39 @@ def test_missing_rows_are_reported(tmp_path, capsys):
     assert nt.timed_calls(tmp_path / "times_y_baseline.csv") is None
     nt.print_compare(str(tmp_path))
     assert "no ncu rows" in capsys.readouterr().out
+
+
+# bench/sass_count.py: static opcode counts per function of a cuobjdump -sass listing, and OLD -> NEW changes.
+SASS = """
+	code for sm_90a
+		Function : _Z6kernelAv
+	.headerflags	@"EF_CUDA_SM90"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                   /* 0x00000a00ff017b82 */
+        /*0010*/              @!P0 LDG.E.128 R4, desc[UR8][R2.64] ;        /* 0x0000000802048981 */
+        /*0020*/                   LDG.E R6, desc[UR8][R2.64+0x10] ;       /* 0x0000100802067981 */
+        /*0030*/                   EXIT ;                                   /* 0x000000000000794d */
+		Function : _Z6kernelBv
+        /*0000*/                   R2UR UR4, R0 ;                           /* 0x00000000000472ca */
+        /*0010*/                   EXIT ;                                   /* 0x000000000000794d */
+"""
+
+
+def test_sass_counts_per_function(tmp_path, capsys):
+    sc = load("sass_count")
+    funcs = sc.functions(SASS)
+    assert set(funcs) == {"_Z6kernelAv", "_Z6kernelBv"}
+    assert funcs["_Z6kernelAv"] == {"LDC": 1, "LDG": 2, "EXIT": 1}  # the predicate and modifiers are not opcodes
+    assert sum(funcs["_Z6kernelBv"].values()) == 2
+    old = tmp_path / "old.sass"
+    new = tmp_path / "new.sass"
+    old.write_text(SASS)
+    new.write_text(SASS.replace("        /*0020*/                   LDG.E R6, desc[UR8][R2.64+0x10] ;       /* 0x0000100802067981 */\n", ""))
+    assert sc.main(["sass_count.py", str(old), str(new), "kernelA"]) == 0
+    out = capsys.readouterr().out
+    assert "4 -> 3 instructions; LDG -1" in out and "kernelB" not in out
+    assert sc.main(["sass_count.py", str(new), "no_such_kernel"]) == 2
+
+
+def test_sass_count_refuses_other_text():
+    with pytest.raises(ValueError, match="not cuobjdump"):
+        load("sass_count").functions("ptxas info: Used 80 registers")

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Several builds' cuda_attention_bench side by side on the same inputs, in one device command: for a bisect or an
+# A/B of kernel versions (device_check.sh's COMPARE_BENCH compares one earlier build with this one).
+#   BENCHES  directories, each with bench.tar.xz (cuda_attention_bench alone) or pack.tar.xz (.prebuilt) and COMMIT
+#            (default ".prebuilt_alt_bench .prebuilt"); bench/README or device_check.sh say how to pack one
+#   SHAPES   (default "128:4096:0 128:4096:1"), INPUTS (default "gaussian"; q4 = --q-scale 4, sink = --sink)
+#   ONLY     the variants (default "baseline gproj"), ROUNDS (default 2: the builds in turn, then again)
+#   NCU=1    also each build's per-kernel times of one gproj backward without ncu's cache flush or clock lock
+# Output: $OUT/ab.txt (rows tagged with inputs, round and commit) and, with NCU=1, $OUT/ab_ncu.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+out="${OUT:-/tmp/gproj-out}"
+mkdir -p "$out"
+source scripts/device_env.sh
+
+bins=() commits=()
+for d in ${BENCHES:-.prebuilt_alt_bench .prebuilt}; do
+  [ -f "$d/COMMIT" ] || { echo "device_bench_ab: $d/COMMIT is missing" >&2; exit 2; }
+  c=$(cat "$d/COMMIT") x="/tmp/ab_bench/$c"
+  mkdir -p "$x"
+  if [ -f "$d/bench.tar.xz" ]; then
+    tar xJf "$d/bench.tar.xz" -C "$x" || exit 2
+  elif [ -f "$d/pack.tar.xz" ]; then
+    tar xJf "$d/pack.tar.xz" -C "$x" bin/cuda_attention_bench && mv "$x/bin/cuda_attention_bench" "$x/" || exit 2
+  else
+    echo "device_bench_ab: $d has neither bench.tar.xz nor pack.tar.xz" >&2
+    exit 2
+  fi
+  [ -x "$x/cuda_attention_bench" ] || { echo "device_bench_ab: no cuda_attention_bench in $d" >&2; exit 2; }
+  bins+=("$x/cuda_attention_bench") commits+=("$c")
+done
+
+input_args() {  # gaussian | q4 | sink
+  case "$1" in
+    gaussian) echo "" ;;
+    q4) echo "--q-scale 4" ;;
+    sink) echo "--sink" ;;
+    *) echo "device_bench_ab: unknown input kind $1" >&2; return 2 ;;
+  esac
+}
+
+echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); builds: ${commits[*]}" | tee "$out/ab.txt"
+for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
+  for kind in ${INPUTS:-gaussian}; do
+    args=$(input_args "$kind") || exit 2
+    for round in $(seq 1 "${ROUNDS:-2}"); do
+      for i in "${!bins[@]}"; do
+        for v in ${ONLY:-baseline gproj}; do
+          # shellcheck disable=SC2086
+          timeout 60 "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 5 | grep -vE '^(variant|#)' |
+            sed "s/\$/  $kind  r$round  ${commits[$i]}/"
+        done
+      done
+    done
+  done
+done | tee -a "$out/ab.txt"
+
+if [ "${NCU:-0}" = 1 ]; then
+  for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
+    for i in "${!bins[@]}"; do
+      csv="/tmp/ab_ncu_${i}_${shape//:/_}.csv"
+      timeout 120 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+        --print-units base "${bins[$i]}" --only gproj --shape "$shape" --reps 1 >"$csv" 2>/dev/null
+      echo "== gproj $shape ${commits[$i]} (ncu, warm caches): rc=$?"
+      python3 bench/ncu_times.py "$csv"
+    done
+  done | tee "$out/ab_ncu.txt"
+fi

@@ -184,9 +184,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   uint64_t* empty = full + 3;
   uint64_t* kv_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  // wg through a broadcast: the compiler then knows it is warp-uniform, and the shared-memory descriptors that
-  // depend on it live in uniform registers (no per-wgmma move from the vector registers).
-  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), w4 = warp & 3;
+  const int wg = warp >> 2, w4 = warp & 3;
   const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
   const int hk = h / (p.H / p.Hkv);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
@@ -338,8 +336,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   };
 
   for (int it = 0; it < count; ++it) {
-    const int qb = qb0 + it, i0 = qb * BQ;
-    const int st = __shfl_sync(0xffffffffu, kTma ? it % kStages : qb & 1, 0);  // warp-uniform, as wg above
+    const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % kStages : qb & 1;
     bf16_t* sdS_it = sdS + (kSplit ? (it & 1) * BQ * BK : 0);  // v3.2: this block's bf16(dS) buffer
     float* Ls = kTma ? sL + wg * BQ : sL + st * BQ;  // this block's LSE and delta rows
     float* Dls = kTma ? sDl + wg * BQ : sDl + st * BQ;
@@ -382,14 +379,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys x the 64 queries.
     float s[32], dp[32];
-    const uint64_t q_desc0 = wg_desc_kmajor(qt), o_desc0 = wg_desc_kmajor(ot);
     wg_fence();
 #pragma unroll
     for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
-        const uint64_t q_desc = wg_desc_advance(q_desc0, kb * BQ * 64 + kin * 16);
-        const uint64_t o_desc = wg_desc_advance(o_desc0, kb * BQ * 64 + kin * 16);
+        const uint64_t q_desc = wg_desc_kmajor(qt + kb * BQ * 64 + kin * 16);
+        const uint64_t o_desc = wg_desc_kmajor(ot + kb * BQ * 64 + kin * 16);
         if (kb + kin == 0) {
           wgmma_ss_n64_first(s, wg_desc_kmajor(kw(0)), q_desc);
           wgmma_ss_n64_first(dp, wg_desc_kmajor(vw(0)), o_desc);
@@ -500,14 +496,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
 
     // dV += bf16(P^T) dO and dK += bf16(dS^T) Q: A from registers, B = dO, Q with K = queries (MN-major).
-    const uint64_t om_desc0 = wg_desc_mnmajor(ot, BQ * 128), qm_desc0 = wg_desc_mnmajor(qt, BQ * 128);
     wg_fence();
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_rs_n64<1>(dv[nb], pf[kk], wg_desc_advance(om_desc0, nb * BQ * 64 + kk * 16 * 64), 1);
-        wgmma_rs_n64<1>(dk[nb], dsf[kk], wg_desc_advance(qm_desc0, nb * BQ * 64 + kk * 16 * 64), 1);
+        wgmma_rs_n64<1>(dv[nb], pf[kk], wg_desc_mnmajor(ot + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
+        wgmma_rs_n64<1>(dk[nb], dsf[kk], wg_desc_mnmajor(qt + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
       }
     if constexpr (kDkComp) {  // E += eps^T (Q U_q): K = queries, B = the warpgroup's (Q U_q)^T tile (K-major)
 #pragma unroll
@@ -555,25 +550,23 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       float st16[8];  // kThresh, first column block: the statistics record of this warp's rows, m64n16 layout
       wg_fence();
       if (kThresh && qn == 0) {
-        const uint64_t pa0 = wg_desc_kmajor(sP + wg * BQ * 64), ub0 = wg_desc_kmajor(sUp + wg * kWgStatCols * 64);
-        const uint64_t da0 = wg_desc_kmajor(sdS_it + wg * BQ * 64), ud0 = wg_desc_kmajor(sUd);
 #pragma unroll
         for (int kin = 0; kin < 4; ++kin) {
-          const uint64_t pa = wg_desc_advance(pa0, kin * 16), ub = wg_desc_advance(ub0, kin * 16);
+          const uint64_t pa = wg_desc_kmajor(sP + wg * BQ * 64 + kin * 16);
+          const uint64_t ub = wg_desc_kmajor(sUp + wg * kWgStatCols * 64 + kin * 16);
           if (kin == 0) {
             wgmma_ss_n16_first(st16, pa, ub);
           } else {
             wgmma_ss_n16(st16, pa, ub);
           }
-          wgmma_ss_n16(st16, wg_desc_advance(da0, kin * 16), wg_desc_advance(ud0, kin * 16));
+          wgmma_ss_n16(st16, wg_desc_kmajor(sdS_it + wg * BQ * 64 + kin * 16), wg_desc_kmajor(sUd + kin * 16));
         }
       }
-      const uint64_t a_desc0 = wg_desc_kmajor(kSplit ? sdS_it : sdS_it + wg * BQ * 64);
-      const uint64_t b_desc0 = wg_desc_mnmajor(kSplit ? sK + nb * BK * 64 : kw(nb), BK * 128);
 #pragma unroll
       for (int kin = 0; kin < kDqSteps; ++kin) {
-        const int a_off = kSplit ? (kin >> 2) * BQ * 64 + (kin & 3) * 16 : kin * 16;
-        wgmma_ss_n64<1>(dqa, wg_desc_advance(a_desc0, a_off), wg_desc_advance(b_desc0, kin * 16 * 64), 1);
+        const bf16_t* a = kSplit ? sdS_it + (kin >> 2) * BQ * 64 + (kin & 3) * 16 : sdS_it + wg * BQ * 64 + kin * 16;
+        const bf16_t* bk = kSplit ? sK + nb * BK * 64 + kin * 16 * 64 : kw(nb) + kin * 16 * 64;
+        wgmma_ss_n64<1>(dqa, wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
       }
       wg_commit();
       wg_wait0();

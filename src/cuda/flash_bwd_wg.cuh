@@ -594,22 +594,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           }
         }
       }
-      if constexpr (!kVecDq) {
-        // Each row's address once and one bounds test per row (not per atomic: ptxas had put a branch and a
-        // recomputed address around each of the 16 atomics); rows a and b are 8 apart.
-        float* dq_a = p.dq_acc + (bh * p.Nq + row_a) * D + nb * 64 + 2 * tq;
-        if (row_a < p.Nq) {
 #pragma unroll
-          for (int n = 0; n < 8; ++n) atomic_add2(dq_a + n * 8, dqa[4 * n], dqa[4 * n + 1]);
-        }
-        if (row_b < p.Nq) {
-#pragma unroll
-          for (int n = 0; n < 8; ++n) atomic_add2(dq_a + 8 * D + n * 8, dqa[4 * n + 2], dqa[4 * n + 3]);
-        }
-      } else {
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {  // even tq: row_a, columns 2 tq .. 2 tq + 3; odd tq: row_b, 2 tq - 2 .. 2 tq + 1
-          const int col = nb * 64 + n * 8 + 2 * tq;
+      for (int n = 0; n < 8; ++n) {
+        const int col = nb * 64 + n * 8 + 2 * tq;
+        if constexpr (kVecDq) {  // even tq: row_a, columns 2 tq .. 2 tq + 3; odd tq: row_b, columns 2 tq - 2 .. 2 tq + 1
           const bool even = (tq & 1) == 0;
           const float s0 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 2] : dqa[4 * n], 1);
           const float s1 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 3] : dqa[4 * n + 1], 1);
@@ -621,6 +609,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             const float v[4] = {s0, s1, dqa[4 * n + 2], dqa[4 * n + 3]};
             atomic_add_vec<4>(p.dq_acc + (bh * p.Nq + row_b) * D + col - 2, v);
           }
+        } else {
+          if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
+          if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
         }
       }
     }

@@ -633,8 +633,9 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
     float run = kSeg == 1 ? after : 0.0f;  // one segment: the walk starts from them (v1.24's order)
     if (seg < kSeg) {
       for (int c1 = s_end - 1; c1 >= s_lo; c1 -= kChunk) {  // the segment's rows c1, c1 - 1, .. (>= s_lo)
-        // Unconditional loads (rows below s_lo read row s_lo again, then count as zero): a guard per load had
-        // given each its own branch (v1.24d's first build: 613 -> 1209 µs at D = 128 on the H200).
+        // Unconditional loads (rows below s_lo read row s_lo again, then count as zero). v1.24d guarded each
+        // load: 33 branch regions in the D = 128 SASS against 16 now, and 1209 µs against 491 (H200, ncu with
+        // warm caches; docs/perf-notes.md, session 9).
         float rv[kChunk], qv[kChunk];
 #pragma unroll
         for (int x = 0; x < kChunk; ++x) {

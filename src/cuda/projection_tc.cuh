@@ -576,35 +576,36 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
 // one total): dK_j = bf16(scale sum_g (dKacc_g,j - suffix_g(first(j)))) and dV_j = bf16(sum_g dVacc_g,j) over the
 // query heads g of kv head hk, where suffix_g(r) = sum_{i >= r} rest_i Q_i (head g) and first(j) = max(0, j - (Nk -
 // Nq)) is the first row that sees key j. Grid (ceil(Nk / 64), Hkv, B): a CTA's 64 keys need the suffix sums of at
-// most 64 consecutive rows, r_lo .. r_hi. Per head they are formed in shared memory: the block sums that
-// thresh_dq_kernel wrote for the blocks after r_hi's (from the last down), plus the rows from the end of r_hi's block
-// down to r_lo, which kSeg groups of D threads walk in kSeg segments at once (each from its segment's top; with more
-// than one, each then adds the block sums and the totals of the segments above). A fixed order: deterministic. Then
-// every thread applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
+// most 64 consecutive rows, r_lo .. r_hi, which are formed per head in shared memory from two parts: the block sums
+// that thresh_dq_kernel wrote for the blocks after r_hi's, and the rows from the end of r_hi's block down to r_lo
+// (at most 127). v1.26: every thread takes 4 columns and one of kSegs segments of both (the blocks c = top + 1 +
+// seg + kSegs m, the rows of its slice), with the loads of each part issued before their first use, so that a head
+// waits on memory about twice instead of once per 8 rows (v1.24e walked the rows in order, 8 at a time). Each thread sums its
+// blocks and forms its slice's suffix sums from the slice's top; after a barrier it adds the block sums of all
+// segments and the row totals of the slices above its own. Fixed orders throughout: deterministic. Then every thread
+// applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
 // docs/perf-notes.md: a separate kernel used to write all B H Nq D of them for this one to read).
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_causal_kernel(const KernelParams p) {
-  constexpr int kBlk = kSuffixBlock, kCols = D / 4, kKeyStep = kPostThreads / kCols, kPasses = kBlk / kKeyStep;
-  // Walk segments (perf-notes, v1.24b/c: four at D = 64 were faster than one; at D = 128 one is kept) and the
-  // rows or block sums loaded together (in flight at once).
-  constexpr int kSeg = D == 64 ? 4 : 1, kChunk = 8;
-  static_assert(kPostThreads % kCols == 0 && kBlk % kKeyStep == 0 && kSeg * D <= kPostThreads, "thread mapping");
+  constexpr int kBlk = kSuffixBlock, kCols = D / 4, kSegs = kPostThreads / kCols, kPasses = kBlk / kSegs;
+  // The rows of a slice (the walk has at most 2 kBlk - 1 rows) and the block sums loaded together.
+  constexpr int kRows = (2 * kBlk - 1 + kSegs - 1) / kSegs, kChunk = 8;
+  static_assert(kPostThreads % kCols == 0 && kBlk % kSegs == 0, "thread mapping");
   __shared__ __align__(16) float ssuf[kBlk * D];
-  __shared__ float stot[kSeg * D];
+  __shared__ __align__(16) float sblk[kSegs * D];  // each segment's sum of block sums
+  __shared__ __align__(16) float stot[kSegs * D];  // each slice's row total
   const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBlk;
   const int group = p.H / p.Hkv, nb = (p.Nq + kBlk - 1) / kBlk, shift = p.Nk - p.Nq;
   const int j_last = min(p.Nk, j0 + kBlk) - 1;
   const int r_lo = max(0, j0 - shift), r_hi = max(0, j_last - shift);  // r_hi < Nq: j_last < Nk
   const int top = r_hi / kBlk, r_end = min(p.Nq, (top + 1) * kBlk);
-  const int seg_len = (r_end - r_lo + kSeg - 1) / kSeg;  // the walk: rows r_lo .. r_end - 1
-  const int d = threadIdx.x % D, seg = threadIdx.x / D;  // threads past kSeg D do not walk
-  // The walking thread's segment; with one segment the bounds are the block's own, so they stay block-uniform.
-  const int s_lo = r_lo + (kSeg == 1 ? 0 : seg * seg_len), s_end = min(r_end, s_lo + seg_len);
-  const int c4 = (threadIdx.x % kCols) * 4, kr = threadIdx.x / kCols;
-  // dV first (no suffix sums: its accumulators are not live during the walks below).
+  const int c4 = (threadIdx.x % kCols) * 4, seg = threadIdx.x / kCols;
+  const int slice = (r_end - r_lo + kSegs - 1) / kSegs;  // <= kRows
+  const int s_lo = r_lo + seg * slice, s_end = min(r_end, s_lo + slice);  // this thread's rows (maybe none)
+  // dV first (no suffix sums: its accumulators are not live during the sums below).
 #pragma unroll
   for (int k = 0; k < kPasses; ++k) {
-    const int j = j0 + kr + k * kKeyStep;
+    const int j = j0 + seg + k * kSegs;
     if (j >= p.Nk) continue;
     float4 dv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int g = 0; g < group; ++g) {
@@ -619,64 +620,73 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
     const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-    float after = 0.0f;  // the block sums after r_hi's block, from the last down
-    if (seg < kSeg) {
-      for (int c1 = nb - 1; c1 > top; c1 -= kChunk) {
-        float v[kChunk];
+    // This segment's block sums: blocks top + 1 + seg, + kSegs, ..., kChunk of them in flight at once.
+    float4 blk = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c0 = top + 1 + seg; c0 < nb; c0 += kChunk * kSegs) {
+      float4 v[kChunk];
 #pragma unroll
-        for (int x = 0; x < kChunk; ++x) v[x] = c1 - x > top ? p.part[(bh * nb + c1 - x) * D + d] : 0.0f;
+      for (int x = 0; x < kChunk; ++x) {
+        const int c = min(c0 + x * kSegs, nb - 1);
+        v[x] = *reinterpret_cast<const float4*>(p.part + (bh * nb + c) * D + c4);
+      }
 #pragma unroll
-        for (int x = 0; x < kChunk; ++x)
-          if (c1 - x > top) after += v[x];
+      for (int x = 0; x < kChunk; ++x)
+        if (c0 + x * kSegs < nb) blk.x += v[x].x, blk.y += v[x].y, blk.z += v[x].z, blk.w += v[x].w;
+    }
+    // This slice's rows: Q's 4 columns and rest, every load before the first use (rows past the slice read the
+    // walk's last row again and count as zero; r_end - 1 >= r_lo is a row of the walk).
+    float rv[kRows];
+    uint2 qv[kRows];  // 4 BF16, unpacked at their use (registers: kRows is 16 at D = 128)
+    const auto* qh = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + h * p.q.s2 + c4;
+#pragma unroll
+    for (int x = 0; x < kRows; ++x) {
+      const int r = min(s_lo + x, r_end - 1);
+      rv[x] = p.rest[bh * p.Nq + r];
+      qv[x] = *reinterpret_cast<const uint2*>(qh + r * p.q.s1);  // rows 16-byte aligned (checked by the launcher)
+    }
+    // The slice's suffix sums from its top row down (relative to the slice's end); its total for the slices below.
+    float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int x = kRows - 1; x >= 0; --x) {
+      const int r = s_lo + x;
+      if (r < s_end) {
+        run.x = fmaf(rv[x], bf16_lo(qv[x].x), run.x), run.y = fmaf(rv[x], bf16_hi(qv[x].x), run.y);
+        run.z = fmaf(rv[x], bf16_lo(qv[x].y), run.z), run.w = fmaf(rv[x], bf16_hi(qv[x].y), run.w);
+        if (r <= r_hi) *reinterpret_cast<float4*>(ssuf + (r - r_lo) * D + c4) = run;
       }
     }
-    float run = kSeg == 1 ? after : 0.0f;  // one segment: the walk starts from them (v1.24's order)
-    if (seg < kSeg) {
-      for (int c1 = s_end - 1; c1 >= s_lo; c1 -= kChunk) {  // the segment's rows c1, c1 - 1, .. (>= s_lo)
-        // Unconditional loads (rows below s_lo read row s_lo again, then count as zero). v1.24d guarded each
-        // load: 33 branch regions in the D = 128 SASS against 16 now, and 1209 µs against 491 (H200, ncu with
-        // warm caches; docs/perf-notes.md, session 9).
-        float rv[kChunk], qv[kChunk];
-#pragma unroll
-        for (int x = 0; x < kChunk; ++x) {
-          const int r = max(c1 - x, s_lo);
-          rv[x] = p.rest[bh * p.Nq + r];
-          qv[x] = load_bf16(p.q, b, r, h, d);
-        }
-#pragma unroll
-        for (int x = 0; x < kChunk; ++x) {
-          const int r = c1 - x;
-          if (r >= s_lo) {
-            run = fmaf(rv[x], qv[x], run);
-            if (r <= r_hi) ssuf[(r - r_lo) * D + d] = run;
-          }
-        }
-      }
+    *reinterpret_cast<float4*>(sblk + seg * D + c4) = blk;
+    *reinterpret_cast<float4*>(stot + seg * D + c4) = run;
+    __syncthreads();  // every segment's block sum and row total
+    float4 off = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s2 = 0; s2 < kSegs; ++s2) {  // all block sums, then the rows of the slices above this one
+      const float4 a = *reinterpret_cast<const float4*>(sblk + s2 * D + c4);
+      off.x += a.x, off.y += a.y, off.z += a.z, off.w += a.w;
     }
-    if constexpr (kSeg > 1) {
-      if (seg < kSeg) stot[seg * D + d] = run;
-      __syncthreads();  // every segment's total
-      if (seg < kSeg) {
-        float offset = after;
-        for (int s2 = kSeg - 1; s2 > seg; --s2) offset += stot[s2 * D + d];
-        for (int r = s_lo; r < min(s_end, r_hi + 1); ++r) ssuf[(r - r_lo) * D + d] += offset;
-      }
+    for (int s2 = kSegs - 1; s2 > seg; --s2) {
+      const float4 a = *reinterpret_cast<const float4*>(stot + s2 * D + c4);
+      off.x += a.x, off.y += a.y, off.z += a.z, off.w += a.w;
+    }
+    for (int r = s_lo; r < min(s_end, r_hi + 1); ++r) {
+      float4* s = reinterpret_cast<float4*>(ssuf + (r - r_lo) * D + c4);
+      const float4 a = *s;
+      *s = make_float4(a.x + off.x, a.y + off.y, a.z + off.z, a.w + off.w);
     }
     __syncthreads();  // the head's suffix sums are in ssuf
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {
-      const int j = j0 + kr + k * kKeyStep;
+      const int j = j0 + seg + k * kSegs;
       if (j >= p.Nk) continue;
       const int64_t row = bh * p.Nk + j;
       const float4 a = *reinterpret_cast<const float4*>(p.dk_acc + row * D + c4);
       const float4 s = *reinterpret_cast<const float4*>(ssuf + (max(0, j - shift) - r_lo) * D + c4);
       dk[k].x += a.x - s.x, dk[k].y += a.y - s.y, dk[k].z += a.z - s.z, dk[k].w += a.w - s.w;
     }
-    __syncthreads();  // every thread has read ssuf and stot before the next head's walk overwrites them
+    __syncthreads();  // every thread has read ssuf, sblk and stot before the next head's sums overwrite them
   }
 #pragma unroll
   for (int k = 0; k < kPasses; ++k) {
-    const int j = j0 + kr + k * kKeyStep;
+    const int j = j0 + seg + k * kSegs;
     if (j >= p.Nk) continue;
     const int64_t idx = ((static_cast<int64_t>(b) * p.Nk + j) * p.Hkv + hk) * D + c4;
     store_bf16_vec<4>(p.dk + idx, {p.scale * dk[k].x, p.scale * dk[k].y, p.scale * dk[k].z, p.scale * dk[k].w});

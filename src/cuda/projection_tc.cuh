@@ -580,10 +580,10 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
 // that thresh_dq_kernel wrote for the blocks after r_hi's, and the rows from the end of r_hi's block down to r_lo
 // (at most 127). v1.26: every thread takes 4 columns and one of kSegs segments of both (the blocks c = top + 1 +
 // seg + kSegs m, the rows of its slice), with the loads of each part issued before their first use, so that a head
-// waits on memory about twice instead of once per 8 rows (v1.24e walked the rows in order, 8 at a time). Each thread sums its
-// blocks and forms its slice's suffix sums from the slice's top; after a barrier it adds the block sums of all
-// segments and the row totals of the slices above its own. Fixed orders throughout: deterministic. Then every thread
-// applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
+// waits on memory about twice instead of once per 8 rows (v1.24e walked the rows in order, 8 at a time). Each
+// thread sums its blocks and forms its slice's suffix sums from the slice's top; after a barrier it adds the block
+// sums of all segments and the row totals of the slices above its own. Fixed orders throughout: deterministic. Then
+// every thread applies them to its 4 columns of kPasses keys. The suffix sums never reach global memory (v1.24 in
 // docs/perf-notes.md: a separate kernel used to write all B H Nq D of them for this one to read).
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_causal_kernel(const KernelParams p) {

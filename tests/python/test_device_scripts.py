@@ -1,6 +1,6 @@
 # The GPU machine's scripts (scripts/device_*.sh and the rest of scripts/*.sh): they only run there, so here every
 # one is at least parsed by bash, and device_bench_ab.sh's refusals of a bad BENCHES list (which it checks before it
-# touches a GPU) are run. Part of scripts/python_test.sh.
+# touches a GPU) and pack_bench.sh's usage error are run. Part of scripts/python_test.sh.
 import os
 import shutil
 import subprocess
@@ -63,3 +63,9 @@ def test_bench_ab_refuses_an_archive_without_the_bench(tmp_path):
         shutil.rmtree(Path("/tmp/ab_bench") / commit, ignore_errors=True)
     assert r.returncode == 2
     assert "no cuda_attention_bench in old" in r.stderr
+
+
+def test_pack_bench_needs_a_revision():
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "pack_bench.sh")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "usage:" in r.stderr

@@ -1,0 +1,38 @@
+# bench/op_overhead.py (where the PyTorch op's backward time goes beyond its kernels) in --smoke mode on the CPU:
+# it times both paths of every variant asked for and writes its report atomically; bad arguments are refused.
+# Part of scripts/python_test.sh; the real run is on the GPU machine.
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("op_overhead", ROOT / "bench" / "op_overhead.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_run_times_each_variant(tmp_path):
+    out = tmp_path / "report.json"
+    rows = load().main(["op_overhead.py", "--smoke", "--variants", "baseline", "gproj", "--out", str(out)])
+    assert [r["variant"] for r in rows] == ["baseline", "gproj"]
+    for r in rows:
+        assert r["grad_ms"] > 0 and r["op_ms"] > 0
+        assert r["kernels_ms"] is None and r["gap_ms"] is None  # no device times on the CPU
+    report = json.loads(out.read_text())
+    assert [r["variant"] for r in report["rows"]] == ["baseline", "gproj"]
+    assert not list(tmp_path.glob("*.tmp.*"))
+
+
+@pytest.mark.parametrize("args", [["--variants", "nonsense"], ["--q-scale", "0"], ["--width", "100", "--dim", "64"]])
+def test_bad_arguments_are_refused(tmp_path, args):
+    out = tmp_path / "report.json"
+    with pytest.raises(SystemExit) as e:
+        load().main(["op_overhead.py", "--smoke", *args, "--out", str(out)])
+    assert e.value.code != 0
+    assert not out.exists()

@@ -6,6 +6,8 @@
 # Device tool: `GPROJ_COMMIT=<commit> bash scripts/device_profile_overhead.sh`, carry [".gproj_commit", ".prebuilt"].
 #   SHAPES  (default "128:4096:0 128:4096:1 64:1024:1"; D:N:causal, the last the training testbed's)
 #   INPUTS  (default "gaussian q4"; q4 = --q-scale 4, sink = --sink)
+#   SASS_INPUT, SASS_SHAPE: the inputs and shape of the source pages (default gaussian, 128:4096:0; q4 is closer to
+#     trained attention, whose rows list ~3 entries)
 #   NCU_WARM=1: the times without ncu's cache flush and clock lock (--cache-control none --clock-control none), so
 #     that a latency-bound kernel finds in L2 what the kernel before it left there, as in a real run (session 8:
 #     under the default flush thresh_dkv_causal_kernel read 668 µs while the whole backward was as fast as before)
@@ -45,8 +47,10 @@ for shape in ${SHAPES:-128:4096:0 128:4096:1 64:1024:1}; do
 done
 
 if [ "${SASS:-1}" = 1 ]; then
+  sass_args=$(input_args "${SASS_INPUT:-gaussian}") || exit 2
   for kl in flash_bwd_wg_kernel:baseline flash_bwd_wg_kernel:gproj thresh_dq_kernel:gproj; do
-    ncu_source_page "$work" "$bench" "${kl%%:*}" "${kl##*:}" 128:4096:0
+    # shellcheck disable=SC2086
+    ncu_source_page "$work" "$bench" "${kl%%:*}" "${kl##*:}" "${SASS_SHAPE:-128:4096:0}" $sass_args
   done
 fi
 

@@ -9,34 +9,16 @@
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
 import gproj  # noqa: E402
+from attention_bench import timed as median_s  # noqa: E402  (median seconds: CUDA events, or perf_counter)
 from gproj import _C  # noqa: E402
-
-
-def median_s(fn, device, reps, warmup):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def kernel_times(fn, device):

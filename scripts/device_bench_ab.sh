@@ -13,6 +13,7 @@ out="${OUT:-/tmp/gproj-out}"
 mkdir -p "$out"
 source scripts/device_env.sh
 
+for kind in ${INPUTS:-gaussian}; do input_args "$kind" >/dev/null || exit 2; done  # before any work
 bins=() commits=()
 for d in ${BENCHES:-.prebuilt_alt_bench .prebuilt}; do
   [ -f "$d/COMMIT" ] || { echo "device_bench_ab: $d/COMMIT is missing" >&2; exit 2; }
@@ -29,15 +30,6 @@ for d in ${BENCHES:-.prebuilt_alt_bench .prebuilt}; do
   [ -x "$x/cuda_attention_bench" ] || { echo "device_bench_ab: no cuda_attention_bench in $d" >&2; exit 2; }
   bins+=("$x/cuda_attention_bench") commits+=("$c")
 done
-
-input_args() {  # gaussian | q4 | sink
-  case "$1" in
-    gaussian) echo "" ;;
-    q4) echo "--q-scale 4" ;;
-    sink) echo "--sink" ;;
-    *) echo "device_bench_ab: unknown input kind $1" >&2; return 2 ;;
-  esac
-}
 
 echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); builds: ${commits[*]}" | tee "$out/ab.txt"
 for shape in ${SHAPES:-128:4096:0 128:4096:1}; do

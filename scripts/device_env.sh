@@ -62,3 +62,13 @@ ncu_source_page() {
   python3 bench/ncu_stall_top.py "$dir/sass_${k}_$label.csv" 40 >"$dir/stall_top_${k}_$label.txt" 2>&1
   rm -f "$rep.ncu-rep"
 }
+
+# input_args KIND: cuda_attention_bench's arguments for an input kind (gaussian | q4 | sink), or an error.
+input_args() {
+  case "$1" in
+    gaussian) echo "" ;;
+    q4) echo "--q-scale 4" ;;
+    sink) echo "--sink" ;;
+    *) echo "unknown input kind $1 (gaussian, q4 or sink)" >&2; return 2 ;;
+  esac
+}

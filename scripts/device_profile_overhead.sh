@@ -23,15 +23,6 @@ bench=.prebuilt/bin/cuda_attention_bench
 echo "gproj commit: $GPROJ_COMMIT; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)" |
   tee "$work/env.txt"
 
-input_args() {  # gaussian | q4 | sink
-  case "$1" in
-    gaussian) echo "" ;;
-    q4) echo "--q-scale 4" ;;
-    sink) echo "--sink" ;;
-    *) echo "device_profile_overhead: unknown input kind $1" >&2; return 2 ;;
-  esac
-}
-
 warm=""
 [ "${NCU_WARM:-0}" = 1 ] && warm="--cache-control none --clock-control none"
 for shape in ${SHAPES:-128:4096:0 128:4096:1 64:1024:1}; do

@@ -23,31 +23,27 @@ def test_script_parses(script):
     assert r.returncode == 0, r.stderr
 
 
-def run_ab(tmp_path, benches):
+def run_ab(tmp_path, benches, env_extra=None):
     """device_bench_ab.sh in a copy of the scripts it needs (so that no .prebuilt of this checkout is used)."""
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
     for name in ("device_bench_ab.sh", "device_env.sh"):
         shutil.copy(ROOT / "scripts" / name, tree / "scripts" / name)
-    env = dict(os.environ, BENCHES=benches, OUT=str(tmp_path / "out"), GPROJ_COMMIT="test")
+    env = dict(os.environ, BENCHES=benches, OUT=str(tmp_path / "out"), GPROJ_COMMIT="test", **(env_extra or {}))
     return subprocess.run(["bash", str(tree / "scripts" / "device_bench_ab.sh")], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
-def test_bench_ab_refuses_a_directory_without_commit(tmp_path):
-    (tmp_path / "tree" / "old").mkdir(parents=True)
-    r = run_ab(tmp_path, "old")
-    assert r.returncode == 2
-    assert "old/COMMIT is missing" in r.stderr
-
-
-def test_bench_ab_refuses_a_directory_without_a_bench(tmp_path):
+@pytest.mark.parametrize("files, message", [({}, "old/COMMIT is missing"),
+                                             ({"COMMIT": "abc\n"}, "old has neither bench.tar.xz nor pack.tar.xz")])
+def test_bench_ab_refuses_an_incomplete_directory(tmp_path, files, message):
     d = tmp_path / "tree" / "old"
     d.mkdir(parents=True)
-    (d / "COMMIT").write_text("abc\n")
+    for name, text in files.items():
+        (d / name).write_text(text)
     r = run_ab(tmp_path, "old")
     assert r.returncode == 2
-    assert "old has neither bench.tar.xz nor pack.tar.xz" in r.stderr
+    assert message in r.stderr
 
 
 def test_bench_ab_refuses_an_archive_without_the_bench(tmp_path):
@@ -69,3 +65,48 @@ def test_pack_bench_needs_a_revision():
     r = subprocess.run(["bash", str(ROOT / "scripts" / "pack_bench.sh")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "usage:" in r.stderr
+
+
+def fake_bench_dir(tmp_path, name, commit):
+    """A BENCHES directory whose bench is a shell script printing a header and one row with its arguments."""
+    d = tmp_path / "tree" / name
+    d.mkdir(parents=True)
+    (d / "COMMIT").write_text(commit + "\n")
+    stage = tmp_path / f"stage_{name}"
+    stage.mkdir()
+    bench = stage / "cuda_attention_bench"
+    bench.write_text('#!/bin/sh\necho "variant N D"\necho "row $*"\n')
+    bench.chmod(0o755)
+    subprocess.run(["tar", "cJf", str(d / "bench.tar.xz"), "-C", str(stage), "cuda_attention_bench"], check=True)
+
+
+def test_bench_ab_runs_every_build_in_turn(tmp_path):
+    tag = f"test-{os.getpid()}-{tmp_path.name}"
+    commits = [f"{tag}-a", f"{tag}-b"]
+    fake_bench_dir(tmp_path, "a", commits[0])
+    fake_bench_dir(tmp_path, "b", commits[1])
+    env_extra = {"SHAPES": "128:4096:1", "INPUTS": "gaussian q4", "ONLY": "gproj", "ROUNDS": "2"}
+    try:
+        r = run_ab(tmp_path, "a b", env_extra)
+    finally:
+        for c in commits:
+            shutil.rmtree(Path("/tmp/ab_bench") / c, ignore_errors=True)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in (tmp_path / "out" / "ab.txt").read_text().splitlines() if not line.startswith("#")]
+    # 2 input kinds x 2 rounds x 2 builds, the header lines dropped, each row tagged with kind, round and commit
+    assert len(rows) == 8
+    assert rows[0].startswith("row --only gproj --shape 128:4096:1") and rows[0].endswith(f"gaussian  r1  {commits[0]}")
+    assert rows[1].endswith(f"gaussian  r1  {commits[1]}")
+    assert "--q-scale 4" in rows[4] and rows[7].endswith(f"q4  r2  {commits[1]}")
+
+
+def test_bench_ab_refuses_an_unknown_input_kind(tmp_path):
+    commit = f"test-{os.getpid()}-{tmp_path.name}"
+    fake_bench_dir(tmp_path, "a", commit)
+    try:
+        r = run_ab(tmp_path, "a", {"INPUTS": "nonsense", "ROUNDS": "1"})
+    finally:
+        shutil.rmtree(Path("/tmp/ab_bench") / commit, ignore_errors=True)
+    assert r.returncode == 2
+    assert "unknown input kind nonsense" in r.stderr
+    assert not (tmp_path / "out" / "ab.txt").exists()

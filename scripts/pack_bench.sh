@@ -19,8 +19,9 @@ for rev in "$@"; do
   if ! (cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPROJ_NATIVE=OFF -DGPROJ_BUILD_BENCH=ON \
           -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >"$wt.configure.log" 2>&1 &&
         cmake --build "$wt/build" -j "$(nproc)" --target cuda_attention_bench >"$wt.build.log" 2>&1); then
-    tail -20 "$wt.configure.log" "$wt.build.log" 2>/dev/null
-    echo "pack_bench: the build of $rev failed (logs: $wt.*.log)" >&2
+    tail -20 "$wt.configure.log" "$wt.build.log" >&2 2>/dev/null || true
+    git worktree remove --force "$wt" || true
+    echo "pack_bench: the build of $rev failed (logs: $wt.configure.log, $wt.build.log)" >&2
     exit 1
   fi
   stage=$(mktemp -d)

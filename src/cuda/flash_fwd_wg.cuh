@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   uint64_t* q_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   // wg through a broadcast: the compiler then knows it is warp-uniform, and the shared-memory descriptors that
-  // depend on it live in uniform registers (as in flash_bwd_wg.cuh).
+  // depend on it live in uniform registers (forward 1.46 -> 1.41 ms on the H200; the same change made gproj's
+  // backward 10% slower and was reverted there: docs/perf-notes.md, session 9).
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), w4 = warp & 3;
   const int b = blockIdx.z, h = blockIdx.y;
   const int qb = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;

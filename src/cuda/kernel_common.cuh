@@ -72,22 +72,16 @@ __device__ __forceinline__ float load_bf16(const Strided& t, int b, int n, int h
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 
-// kV = 2 or 4 consecutive BF16 of a row (d0 a multiple of kV; rows 16-byte aligned) as floats, one load.
+// kV = 2 or 4 consecutive BF16 at `at` (aligned to 2 kV bytes) as packed pairs, one load (unpack with bf16_lo and
+// bf16_hi where used: half the registers of floats).
 template <int kV>
-__device__ __forceinline__ void load_bf16_vec(const Strided& t, int b, int n, int h, int d0, float (&out)[kV]) {
+__device__ __forceinline__ void load_bf16_packed(const __nv_bfloat16* at, uint32_t (&w)[kV / 2]) {
   static_assert(kV == 2 || kV == 4, "two or four elements");
-  const auto* p = static_cast<const __nv_bfloat16*>(t.data) + b * t.s0 + n * t.s1 + h * t.s2 + d0;
-  uint32_t w[kV / 2];
   if constexpr (kV == 4) {
-    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    const uint2 r = *reinterpret_cast<const uint2*>(at);
     w[0] = r.x, w[1] = r.y;
   } else {
-    w[0] = *reinterpret_cast<const uint32_t*>(p);
-  }
-#pragma unroll
-  for (int x = 0; x < kV / 2; ++x) {
-    out[2 * x] = bf16_lo(w[x]);
-    out[2 * x + 1] = bf16_hi(w[x]);
+    w[0] = *reinterpret_cast<const uint32_t*>(at);
   }
 }
 

@@ -363,13 +363,7 @@ __device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams
     const float2 a = *reinterpret_cast<const float2*>(p.dq_acc + row * D + d0);
     x.dq[0] = a.x, x.dq[1] = a.y;
   }
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + i * p.q.s1 + h * p.q.s2 + d0;
-  if constexpr (kV == 4) {
-    const uint2 w = *reinterpret_cast<const uint2*>(q);
-    x.q2[0] = w.x, x.q2[1] = w.y;
-  } else {
-    x.q2[0] = *reinterpret_cast<const uint32_t*>(q);
-  }
+  load_bf16_packed<kV>(static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + i * p.q.s1 + h * p.q.s2 + d0, x.q2);
   return x;
 }
 
@@ -417,15 +411,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
     for (int u = 0; u < 4; ++u) {
       const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1));
       pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1));
-      if (t0 + u < cnt) {
-        const __nv_bfloat16* kr = k_head + j * p.k.s1;
-        if constexpr (kV == 4) {
-          const uint2 w = *reinterpret_cast<const uint2*>(kr);
-          kw[u][0] = w.x, kw[u][1] = w.y;
-        } else {
-          kw[u][0] = *reinterpret_cast<const uint32_t*>(kr);
-        }
-      }
+      if (t0 + u < cnt) load_bf16_packed<kV>(k_head + j * p.k.s1, kw[u]);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u)

@@ -301,7 +301,8 @@ __device__ __forceinline__ void warp_sum8(float (&v)[8], int lane) {
   // Lane l now holds the sum of value 4 (l >> 4 & 1) + 2 (l >> 3 & 1) + (l >> 2 & 1).
   const float mine = v[0];
 #pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 4) | ((k >> 1 & 1) << 3) | ((k & 1) << 2));
+  for (int k = 0; k < 8; ++k)
+    v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 4) | ((k >> 1 & 1) << 3) | ((k & 1) << 2));
 }
 
 // The listed entries' dK corrections of one warp of the dQ correction (its 8 consecutive rows), summed per key in
@@ -595,7 +596,8 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
     if (j >= p.Nk) continue;
     float4 dv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int g = 0; g < group; ++g) {
-      const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + ((static_cast<int64_t>(b) * p.H + hk * group + g) * p.Nk + j) * D + c4);
+      const int64_t row = (static_cast<int64_t>(b) * p.H + hk * group + g) * p.Nk + j;
+      const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + row * D + c4);
       dv.x += v.x, dv.y += v.y, dv.z += v.z, dv.w += v.w;
     }
     store_bf16_vec<4>(p.dv + ((static_cast<int64_t>(b) * p.Nk + j) * p.Hkv + hk) * D + c4, {dv.x, dv.y, dv.z, dv.w});

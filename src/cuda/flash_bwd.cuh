@@ -349,7 +349,7 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 
 // dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order; one
 // thread per 4 elements. kSuffix (thresh-lowrank without causal masking): each head's dKacc first loses its uniform
-// part, the head's total sum_i rest_i Q_i (row 0 of its suffix region; with causal masking
+// part, the head's total sum_i rest_i Q_i (its row of the suffix region; with causal masking
 // thresh_dkv_causal_kernel in src/cuda/projection_tc.cuh takes this kernel's place).
 template <bool kSuffix>
 __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
@@ -362,7 +362,7 @@ __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
     const int64_t bh = static_cast<int64_t>(b) * p.H + hk * group + g, row = bh * p.Nk + j;
     float4 a = *reinterpret_cast<const float4*>(p.dk_acc + row * p.D + d);
     if (kSuffix) {
-      const float4 s = *reinterpret_cast<const float4*>(p.suffix + bh * p.Nq * p.D + d);
+      const float4 s = *reinterpret_cast<const float4*>(p.suffix + bh * p.D + d);
       a.x -= s.x, a.y -= s.y, a.z -= s.z, a.w -= s.w;
     }
     const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + row * p.D + d);

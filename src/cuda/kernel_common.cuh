@@ -49,7 +49,7 @@ struct KernelParams {
   float* pku;                        // (B, H, Nq, 8) the row's record: sum_j bf16(P_ij) (K U)_j (columns 0-5),
                                      // s_i (kStatS), r_i (kStatR)
   float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
-  float* suffix;                     // (B, H, Nq, D): row 0 the total sum_i rest_i Q_i (thresh, not causal)
+  float* suffix;                     // (B, H, D): the total sum_i rest_i Q_i per head (thresh, not causal)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i
   int* head_done;                    // (B, H) dQ-correction CTAs finished (non-causal: the last one sums `part`)
   // dK compensation (FlashParams::dk_compensation_rank = 8): the same basis for the queries of each query head

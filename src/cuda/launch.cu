@@ -320,18 +320,19 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
                    : backward_d<D, true, false>(k, deterministic, stream);
 }
 
-// Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc, pk (B H Nq D) | dk_acc, dv_acc (B H Nk D)
+// Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc (B H Nq D) | pk (B H Nq D with pweighted;
+// B H D with thresh-lowrank: the uniform dK part's total per head; none otherwise, v1.30) | dk_acc, dv_acc (B H Nk D)
 // and, for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
 // list_count (B H Nq) | pku (B H Nq 8) | head_done (B H, padded to 4 words); then rest (B H Nq) | list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
 // u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: gram_q (B H chunks D D) |
-// u_q (B H D 8) | qu (B H Nq 8 BF16)]; without causal masking row 0 of each head's pk region holds the total
-// of the uniform dK part (thresh_dq_kernel).
+// u_q (B H D 8) | qu (B H Nq 8 BF16)].
 struct Workspace {
-  size_t row, q, k;
+  size_t row, q, k, pk = 0;
   size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0, gram_q = 0, u_q = 0, qu = 0;
   size_t words() const {
-    return 3 * row + 2 * q + 2 * k + (list ? thresh_zeroed() + row + 2 * list + part + gram + u + ku + gram_q + u_q + qu : 0);
+    return 3 * row + q + pk + 2 * k +
+           (list ? thresh_zeroed() + row + 2 * list + part + gram + u + ku + gram_q + u_q + qu : 0);
   }
   size_t thresh_zeroed() const { return row + pku + heads; }  // list_count, pku, head_done
   size_t bytes() const { return sizeof(float) * words(); }
@@ -343,7 +344,9 @@ Workspace layout(const Problem& p) {
   const size_t rows = static_cast<size_t>(p.B * p.H * p.Nq);
   Workspace w{(rows + 3) / 4 * 4, static_cast<size_t>(p.B * p.H * p.Nq * p.D),
               static_cast<size_t>(p.B * p.H * p.Nk * p.D)};
+  if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
+    w.pk = (static_cast<size_t>(p.B * p.H * p.D) + 3) / 4 * 4;
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
     w.pku = w.row * detail::kLowRank;
     w.part = static_cast<size_t>(p.B * p.H * ((p.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock) * p.D);
@@ -590,8 +593,8 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   kp.rowsum = ws + w.row;
   kp.psum = ws + 2 * w.row;
   kp.dq_acc = ws + 3 * w.row;
-  kp.pk = kp.dq_acc + w.q;
-  kp.dk_acc = kp.pk + w.q;
+  kp.pk = w.pk != 0 ? kp.dq_acc + w.q : nullptr;
+  kp.dk_acc = kp.dq_acc + w.q + w.pk;
   kp.dv_acc = kp.dk_acc + w.k;
   if (thresh) {
     float* t = kp.dv_acc + w.k;  // the zeroed regions first
@@ -695,7 +698,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
   // kernels, the Gram matrices' partials by the Gram kernel.
   {
-    size_t zero_words = 3 * w.row + w.q + (pweighted ? w.q : 0);
+    size_t zero_words = 3 * w.row + w.q + (pweighted ? w.pk : 0);
     if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess ||
         (thresh && cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.thresh_zeroed(), st) != cudaSuccess)) {
       return last_error("workspace memset");

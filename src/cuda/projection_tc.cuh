@@ -493,8 +493,8 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // ([8][D]: lanes read consecutive words). Warp w takes the block's rows 8 w .. 8 w + 7 (consecutive rows list
 // the same keys most). The CTA also writes part[b, h, blk] = sum over its rows of rest_i Q_i (each warp over its
 // rows in order, then the warps in order); without causal masking the last CTA of a head to finish (a counter
-// per head, after a fence) adds the blocks in order and stores the total as suffix row 0, the only suffix sum
-// read then.
+// per head, after a fence) adds the blocks in order and stores the total as the head's row of `suffix`, the only
+// suffix sum read then.
 template <int D>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
   constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = WarpDkTable<D>::kSlots;
@@ -556,7 +556,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   __threadfence();
   float total = 0.0f;
   for (int blk = 0; blk < static_cast<int>(gridDim.x); ++blk) total += __ldcg(p.part + (bh * gridDim.x + blk) * D + d);
-  p.suffix[bh * p.Nq * D + d] = total;
+  p.suffix[bh * D + d] = total;
 }
 
 // thresh-lowrank's dK/dV postprocess with causal masking (without it bwd_postprocess_dkv_kernel<true> subtracts the

@@ -470,7 +470,14 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
   // The dQ correction also writes the block sums of the uniform dK part and, without causal masking, their total
   // (the only suffix sum then read).
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
-  s = launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
+  // v1.31: at D = 64 two rows per warp when a row's list fits in half a warp (thresh_k <= 16, the default 16).
+  if constexpr (D == 64) {
+    s = k.list_cap <= 16
+            ? launch(detail::thresh_dq_kernel<D, 16>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads)
+            : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
+  } else {
+    s = launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
+  }
   if (!s.ok || !k.causal) return s;  // without causal masking the caller's bwd_postprocess_dkv_kernel<true> follows
   // With causal masking the dK/dV postprocess is thresh-lowrank's own: each key block forms its suffix sums.
   const dim3 kgrid((k.Nk + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.Hkv, k.B);

@@ -305,6 +305,32 @@ __device__ __forceinline__ void warp_sum8(float (&v)[8], int lane) {
     v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 4) | ((k >> 1 & 1) << 3) | ((k & 1) << 2));
 }
 
+// warp_sum8 over each half-warp separately (v1.31: two rows per warp): the same steps one bit lower, the whole warp
+// converged; each half's lanes get their half's 8 sums.
+__device__ __forceinline__ void half_sum8(float (&v)[8], int lane) {
+  const bool up8 = lane & 8, up4 = lane & 4, up2 = lane & 2;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float send = up8 ? v[k] : v[k + 4], keep = up8 ? v[k + 4] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const float send = up4 ? v[k] : v[k + 2], keep = up4 ? v[k + 2] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+  {
+    const float send = up2 ? v[0] : v[1], keep = up2 ? v[1] : v[0];
+    v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
+  // Lane l now holds its half's sum of value 4 (l >> 3 & 1) + 2 (l >> 2 & 1) + (l >> 1 & 1).
+  const float mine = v[0];
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 3) | ((k >> 1 & 1) << 2) | ((k & 1) << 1), 16);
+}
+
 // The listed entries' dK corrections of one warp of the dQ correction (its 8 consecutive rows), summed per key in
 // shared memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local
 // attention, a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry.
@@ -313,29 +339,43 @@ __device__ __forceinline__ void warp_sum8(float (&v)[8], int lane) {
 // 12% of the kernel's stall samples with one table for the CTA) and no probing. The slots' keys live in lanes
 // 0..kSlots-1 (one register); a lookup is two ballots. An entry whose key finds no free slot goes straight to
 // dk_acc as before.
-template <int D>
+// v1.31, kLanes = 16 (two rows per warp at D = 64): each half-warp has half of the warp's slots, their keys in its
+// lanes 0..kSlots/2 - 1; a lookup is the same two ballots, each half reading its own bits.
+template <int D, int kLanes = 32>
 struct WarpDkTable {
-  static constexpr int kSlots = 1024 / D;  // per warp: 8 at D = 128, 16 at D = 64
-  float* acc;                              // [kSlots][D], this warp's
-  int key = -1;                            // lane s < kSlots: the key of slot s (-1: free)
-  // The slot of key j (warp-uniform; taken if new), or -1 when every slot holds another key.
-  __device__ int slot(int j, int lane) {
-    const uint32_t hit = __ballot_sync(0xffffffffu, lane < kSlots && key == j);
-    if (hit != 0) return __ffs(hit) - 1;
-    const uint32_t free = __ballot_sync(0xffffffffu, lane < kSlots && key == -1);
-    if (free == 0) return -1;
+  static constexpr int kSlots = 1024 / D;                    // per warp: 8 at D = 128, 16 at D = 64
+  static constexpr int kRowSlots = kSlots * kLanes / 32;     // per row's lanes
+  float* acc;                                                // [kSlots][D], this warp's
+  int key = -1;                                              // lane: the key of its slot (-1: free)
+  // The storage slot of key j for this lane's row (taken if new and `take`), or -1 when every slot of the row's
+  // lanes holds another key. Called by the whole warp (the ballots); each row's lanes may ask for a different j.
+  __device__ int slot(int j, int lane, bool take = true) {
+    const int sub = lane & (kLanes - 1);
+    const uint32_t mine = kLanes == 32 ? 0xffffffffu : 0xffffu << (lane & 16);
+    const uint32_t hit = __ballot_sync(0xffffffffu, sub < kRowSlots && key == j) & mine;
+    if constexpr (kLanes == 32) {
+      if (hit != 0) return __ffs(hit) - 1;  // (warp-uniform: one row)
+    }
+    // Both ballots before any return: with two rows the halves may leave at different points, and a full-mask
+    // ballot needs every lane.
+    const uint32_t free = __ballot_sync(0xffffffffu, sub < kRowSlots && key == -1) & mine;
+    if (kLanes != 32 && hit != 0) return to_storage(__ffs(hit) - 1);
+    if (free == 0 || !take) return -1;
     const int s = __ffs(free) - 1;
     if (lane == s) key = j;
-    return s;
+    return to_storage(s);
   }
+  // Lane s (a key's holder) to its row of acc: half-warp h's slots follow half 0's.
+  __device__ static int to_storage(int s) { return kLanes == 32 ? s : (s & 15) + (s >> 4) * kRowSlots; }
+  __device__ static int holder(int slot) { return kLanes == 32 ? slot : slot % kRowSlots + (slot / kRowSlots) * 16; }
 };
 
 // What the dQ correction of one row reads before any of its arithmetic (thresh_dq_row): every value that depends
 // on the row alone, issued together so that a row waits for one memory latency instead of one per use. Lanes
 // past the list's count hold j = 0, p = 0 once `cnt` is known (the slots past it were never written).
-template <int D>
+template <int D, int kLanes = 32>
 struct ThreshRowLoads {
-  static constexpr int kV = D / 32;
+  static constexpr int kV = D / kLanes;
   float rec;           // column lane % 8 of the row's statistics record: P (K U) (< kTailRank), s_i, r_i
   int cnt, jt;         // the list's length; this lane's entry (lane < cnt)
   float pt;
@@ -343,17 +383,19 @@ struct ThreshRowLoads {
   uint32_t q2[kV / 2];     // and of Q_i, as packed BF16 pairs (converted where used: half the registers)
 };
 
-template <int D>
-__device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams& p, int b, int h, int i, int lane) {
-  constexpr int kV = D / 32;
+template <int D, int kLanes = 32>
+__device__ __forceinline__ ThreshRowLoads<D, kLanes> thresh_row_loads(const KernelParams& p, int b, int h, int i,
+                                                                      int lane) {
+  constexpr int kV = D / kLanes;
+  const int sub = lane % kLanes;  // the lane within its row's lanes
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  const int d0 = lane * kV;
-  ThreshRowLoads<D> x;
-  x.rec = p.pku[row * kLowRank + (lane & (kLowRank - 1))];
+  const int d0 = sub * kV;
+  ThreshRowLoads<D, kLanes> x;
+  x.rec = p.pku[row * kLowRank + (sub & (kLowRank - 1))];
   x.cnt = min(p.list_count[row], p.list_cap);
   x.jt = 0;
   x.pt = 0.0f;
-  if (lane < p.list_cap) {  // all slots at once; the count decides below which are real
+  if (sub < p.list_cap) {  // all slots at once; the count decides below which are real
     x.jt = p.list_j[row * p.list_cap + lane];
     x.pt = p.list_p[row * p.list_cap + lane];
   }
@@ -368,20 +410,25 @@ __device__ __forceinline__ ThreshRowLoads<D> thresh_row_loads(const KernelParams
   return x;
 }
 
-// The dQ correction of row i (one warp), for thresh_dq_kernel, from its loads `x` (thresh_row_loads); adds
-// rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U are the second (and last) round
-// of loads; then only arithmetic, the dQ store and the dK atomics.
-template <int D>
+// The dQ correction of row i (one warp, or with kLanes = 16 one half-warp: v1.31), for thresh_dq_kernel, from its
+// loads `x` (thresh_row_loads); adds rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U
+// are the second (and last) round of loads; then only arithmetic, the dQ store and the dK atomics. With two rows per
+// warp the shuffles stay within each half, the loops over entries run to the larger count with the other half's
+// lanes idle, and `valid` false (a half past the block's last row) makes the row's outputs none.
+template <int D, int kLanes = 32>
 __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, const __nv_bfloat16* ku_head,
-                                              WarpDkTable<D>& tab, int b, int h, int hk, int i, int lane,
-                                              ThreshRowLoads<D> x, float (&part)[D / 32]) {
-  constexpr int kV = D / 32, kCap = 32;  // list_cap <= 32 (launch.cu): one slot per lane
+                                              WarpDkTable<D, kLanes>& tab, int b, int h, int hk, int i, int lane,
+                                              bool valid, ThreshRowLoads<D, kLanes> x, float (&part)[D / kLanes]) {
+  constexpr int kV = D / kLanes, kCap = kLanes;  // list_cap <= kLanes (launch.cu): one slot per lane
+  const int sub = lane % kLanes;
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  const int d0 = lane * kV;
-  const float s = __shfl_sync(0xffffffffu, x.rec, kStatS), rsum = __shfl_sync(0xffffffffu, x.rec, kStatR);
+  const int d0 = sub * kV;
+  const float s = __shfl_sync(0xffffffffu, x.rec, kStatS, kLanes), rsum = __shfl_sync(0xffffffffu, x.rec, kStatR, kLanes);
   const float c = s > 0.0f ? rsum / s : 0.0f;
-  const int cnt = x.cnt;
-  if (lane >= cnt) {
+  const int cnt = valid ? x.cnt : 0;
+  // The loops' bound: the row's count, or the larger of the two rows' (warp-uniform either way).
+  const int cnt_all = kLanes == 32 ? cnt : max(cnt, __shfl_xor_sync(0xffffffffu, cnt, 16));
+  if (sub >= cnt) {
     x.jt = 0;
     x.pt = 0.0f;
   }
@@ -391,7 +438,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   float kuv[kLowRank];
   {
     uint4 raw = make_uint4(0, 0, 0, 0);
-    if (lane < cnt) raw = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
+    if (sub < cnt) raw = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int v = 0; v < kLowRank / 2; ++v) {
@@ -405,13 +452,13 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   // Four entries' K rows in flight at a time (packed BF16 pairs until used); per element the same FMAs in list
   // order as one at a time.
   const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
-  for (int t0 = 0; t0 < cnt; t0 += 4) {
+  for (int t0 = 0; t0 < cnt_all; t0 += 4) {
     uint32_t kw[4][kV / 2];
     float pj[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1));
-      pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1));
+      const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1), kLanes);
+      pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1), kLanes);
       if (t0 + u < cnt) load_bf16_packed<kV>(k_head + j * p.k.s1, kw[u]);
     }
 #pragma unroll
@@ -426,23 +473,27 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   }
   float tail[kTailRank];
 #pragma unroll
-  for (int v = 0; v < kTailRank; ++v) tail[v] = __shfl_sync(0xffffffffu, x.rec, v);
+  for (int v = 0; v < kTailRank; ++v) tail[v] = __shfl_sync(0xffffffffu, x.rec, v, kLanes);
   float mass = 0.0f;
-  if (cnt > 0) {  // (warp-uniform) the listed entries' own share of P (K U), and their P mass
+  if (cnt_all > 0) {  // (warp-uniform) the listed entries' own share of P (K U), and their P mass
     float y[kLowRank];
 #pragma unroll
     for (int v = 0; v < kTailRank; ++v) y[v] = pt * kuv[v];  // pt = 0 past the count
     y[kTailRank] = pt;
 #pragma unroll
     for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
-    warp_sum8(y, lane);
+    if constexpr (kLanes == 32) {
+      warp_sum8(y, lane);
+    } else {
+      half_sum8(y, lane);
+    }
 #pragma unroll
     for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
     mass = y[kTailRank];
   }
   const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
   const int n_rest = n_vis - cnt;
-  const float rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
+  const float rest = valid && s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
   // Lane owns kV consecutive columns d0.. (one vector access each: the dQ store and the dK atomics); per element
   // the same operations in the same order as one column at a time.
 #pragma unroll
@@ -452,8 +503,8 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   float xs[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) xs[e] = p.scale * (x.dq[e] - c * (acc[e] + back[e]));
-  store_bf16_vec<kV>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0, xs);
-  if (lane == 0) {
+  if (valid) store_bf16_vec<kV>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0, xs);
+  if (valid && sub == 0) {
     p.rest[row] = rest;
     p.psum[row] = s;  // for the audit's diagnostics (host_dispatch.cc reads r_i and s_i there)
     p.rowsum[row] = rsum;
@@ -463,10 +514,12 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(x.q2[x2]), qf[2 * x2 + 1] = bf16_hi(x.q2[x2]);
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
-  for (int t = 0; t < cnt; ++t) {
-    const int j = __shfl_sync(0xffffffffu, jt, t);
-    const float w = c * __shfl_sync(0xffffffffu, pt, t) - rest;
-    const int slot = tab.slot(j, lane);
+  for (int t = 0; t < cnt_all; ++t) {
+    const int j = __shfl_sync(0xffffffffu, jt, t & (kCap - 1), kLanes);
+    const float w = c * __shfl_sync(0xffffffffu, pt, t & (kCap - 1), kLanes) - rest;
+    const bool active = t < cnt;  // (always, one row per warp)
+    const int slot = tab.slot(j, lane, active);
+    if (!active) continue;
     if (slot >= 0) {  // into the warp's per-key sum (the lane's own columns)
       float* a = tab.acc + slot * D + d0;
       if constexpr (kV == 4) {
@@ -487,19 +540,22 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   }
 }
 
-// One warp per row: the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction
-// (summed per key in the warp's table, then atomics into dk_acc) and rest_i for the uniform part. Grid
-// (ceil(Nq / 64), H, B): a CTA's rows share one kv head, whose U it stages once in shared memory, transposed
-// ([8][D]: lanes read consecutive words). Warp w takes the block's rows 8 w .. 8 w + 7 (consecutive rows list
-// the same keys most). The CTA also writes part[b, h, blk] = sum over its rows of rest_i Q_i (each warp over its
-// rows in order, then the warps in order); without causal masking the last CTA of a head to finish (a counter
-// per head, after a fence) adds the blocks in order and stores the total as the head's row of `suffix`, the only
-// suffix sum read then.
-template <int D>
+// One warp per row (kLanes = 32), or per two rows, a half-warp each (kLanes = 16, v1.31: at D = 64 a row gives a
+// lane only 2 columns, and the row's fixed work, the shuffles, divisions and list handling, was most of the
+// kernel): the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction (summed per
+// key in the warp's table, then atomics into dk_acc) and rest_i for the uniform part. Grid (ceil(Nq / 64), H, B):
+// a CTA's rows share one kv head, whose U it stages once in shared memory, transposed ([8][D]: lanes read
+// consecutive words). Warp w takes the block's rows 8 w .. 8 w + 7 (consecutive rows list the same keys most),
+// in order or two at a time. The CTA also writes part[b, h, blk] = sum over its rows of rest_i Q_i (each warp over
+// its rows in order, its halves then added, then the warps in order); without causal masking the last CTA of a
+// head to finish (a counter per head, after a fence) adds the blocks in order and stores the total as the head's
+// row of `suffix`, the only suffix sum read then.
+template <int D, int kLanes = 32>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
-  constexpr int kWarps = kPostThreads / 32, kV = D / 32, kSlots = WarpDkTable<D>::kSlots;
-  constexpr int kRowsPerWarp = kSuffixBlock / kWarps;
-  static_assert(kSuffixBlock % kWarps == 0, "whole rows per warp");
+  static_assert(kLanes == 32 || kLanes == 16, "a row per warp or per half-warp");
+  constexpr int kWarps = kPostThreads / 32, kV = D / kLanes, kSlots = WarpDkTable<D, kLanes>::kSlots;
+  constexpr int kRowsPerWarp = kSuffixBlock / kWarps, kRowsAtOnce = 32 / kLanes;
+  static_assert(kSuffixBlock % kWarps == 0 && kRowsPerWarp % kRowsAtOnce == 0, "whole rows per warp");
   __shared__ float su[kLowRank * D];
   __shared__ float sp[kWarps * D];
   __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];
@@ -509,7 +565,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   const __nv_bfloat16* ku_head = p.ku + (static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk * kLowRank;  // bf16(K U) of hk
   for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
-  WarpDkTable<D> tab{tab_acc + warp * kSlots * D};
+  WarpDkTable<D, kLanes> tab{tab_acc + warp * kSlots * D};
   // The warp's own table, zeroed lane-strided: a lane later adds into columns other lanes zeroed, so the barrier
   // below (for su too) is needed for the table as well.
   for (int x = lane; x < kSlots * D; x += 32) tab.acc[x] = 0.0f;
@@ -517,28 +573,53 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   float part[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = 0.0f;
-  // The warp's rows in order: the next row's loads are issued before this row's arithmetic.
+  // The warp's rows in order (this lane's: every kRowsAtOnce-th from its half's): the next rows' loads are issued
+  // before these rows' arithmetic. A half past i_end loads row i_end - 1 again and writes nothing.
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   if (i < i_end) {
-    ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
-    for (; i < i_end; ++i) {
-      const ThreshRowLoads<D> next = i + 1 < i_end ? thresh_row_loads<D>(p, b, h, i + 1, lane) : cur;
-      thresh_dq_row<D>(p, su, ku_head, tab, b, h, hk, i, lane, cur, part);
-      cur = next;
+    if constexpr (kLanes == 32) {
+      ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
+      for (; i < i_end; ++i) {
+        const ThreshRowLoads<D> next = i + 1 < i_end ? thresh_row_loads<D>(p, b, h, i + 1, lane) : cur;
+        thresh_dq_row<D>(p, su, ku_head, tab, b, h, hk, i, lane, true, cur, part);
+        cur = next;
+      }
+    } else {
+      const int half = lane / kLanes;
+      ThreshRowLoads<D, kLanes> cur = thresh_row_loads<D, kLanes>(p, b, h, min(i + half, i_end - 1), lane);
+      for (; i < i_end; i += kRowsAtOnce) {
+        const int in = i + kRowsAtOnce;
+        const ThreshRowLoads<D, kLanes> next =
+            in < i_end ? thresh_row_loads<D, kLanes>(p, b, h, min(in + half, i_end - 1), lane) : cur;
+        thresh_dq_row<D, kLanes>(p, su, ku_head, tab, b, h, hk, min(i + half, i_end - 1), lane, i + half < i_end,
+                                 cur, part);
+        cur = next;
+      }
     }
   }
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  for (int s = 0; s < kSlots; ++s) {  // the warp's per-key sums to dk_acc: one vector atomic per lane and key
-    const int j = __shfl_sync(0xffffffffu, tab.key, s);
-    if (j < 0) break;  // slots are taken in order
-    float v[kV];
+  // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).
+  constexpr int kCols = D / 32;
+  for (int s = 0; s < kSlots; ++s) {
+    const int j = __shfl_sync(0xffffffffu, tab.key, WarpDkTable<D, kLanes>::holder(s));
+    if (j < 0) {  // a free slot: each row's lanes take theirs in order
+      if constexpr (kLanes == 32) break;
+      continue;
+    }
+    float v[kCols];
 #pragma unroll
-    for (int e = 0; e < kV; ++e) v[e] = tab.acc[s * D + lane * kV + e];
-    atomic_add_vec<kV>(p.dk_acc + (bh * p.Nk + j) * D + lane * kV, v);
+    for (int e = 0; e < kCols; ++e) v[e] = tab.acc[s * D + lane * kCols + e];
+    atomic_add_vec<kCols>(p.dk_acc + (bh * p.Nk + j) * D + lane * kCols, v);
   }
+  if constexpr (kLanes == 16) {  // the two halves' sums over their rows, then lanes 0-15 hold the warp's
 #pragma unroll
-  for (int e = 0; e < kV; ++e) sp[warp * D + lane * kV + e] = part[e];
+    for (int e = 0; e < kV; ++e) part[e] += __shfl_xor_sync(0xffffffffu, part[e], 16);
+  }
+  if (lane < kLanes) {
+#pragma unroll
+    for (int e = 0; e < kV; ++e) sp[warp * D + lane * kV + e] = part[e];
+  }
   __syncthreads();
   const int d = threadIdx.x;
   if (d < D) {

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Per-kernel times from `ncu --metrics gpu__time_duration.sum --csv --print-units base` of one benchmark run
-(one warm-up and one timed call: the second half of the kernel launches are the timed ones).
+with --reps 1: cuda_attention_bench runs each phase twice in turn, a warm-up call and a timed one (the forward
+twice, then the backward twice), so the launch sequence is P1 P1 P2 P2; the timed calls are the second copy of each
+phase. (Until session 10 this took the second half of the launches, which also held the warm-up backward's last
+launch: that kernel was counted twice.)
 
   python3 bench/ncu_times.py times_LABEL.csv
       each kernel's µs in the timed calls, then the total (scripts/device_profile.sh)
@@ -16,14 +19,40 @@ import sys
 
 
 def timed_calls(path):
-    """[(full kernel name, µs)] of the timed half of the launches, or None when the file has no ncu rows."""
+    """[(full kernel name, µs)] of the timed call of each phase, or None when the file has no ncu rows."""
     rows = [r for r in csv.reader(open(path)) if len(r) > 10] if os.path.exists(path) else []
     if not rows:
         return None
     head, body = rows[0], rows[1:]
     kn, mv = head.index("Kernel Name"), head.index("Metric Value")
     calls = [(r[kn], float(r[mv].replace(",", "")) / 1e3) for r in body]
-    return calls[len(calls) // 2:]
+    starts = doubled_blocks([name for name, _ in calls])
+    if starts is None:
+        print(f"ncu_times: {path}: the launches are not a sequence of phases run twice each; taking the second "
+              "half of them (the last kernel of a phase may be counted twice)", file=sys.stderr)
+        return calls[len(calls) // 2:]
+    return [c for a, n in starts for c in calls[a + n:a + 2 * n]]
+
+
+def doubled_blocks(names):
+    """[(start, length)] splitting names into consecutive blocks that each appear twice in a row (P1 P1 P2 P2 ..),
+    the shortest first block that lets the rest split too; None when no split exists."""
+    memo = {}
+
+    def split(i):
+        if i == len(names):
+            return []
+        if i not in memo:
+            memo[i] = None
+            for n in range(1, (len(names) - i) // 2 + 1):
+                if names[i:i + n] == names[i + n:i + 2 * n]:
+                    rest = split(i + 2 * n)
+                    if rest is not None:
+                        memo[i] = [(i, n)] + rest
+                        break
+        return memo[i]
+
+    return split(0)
 
 
 def by_kernel(calls, base_names=False, backward_only=False):

@@ -51,10 +51,13 @@ HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","S
         '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 
 
-def write_times(path, kernels):
-    """kernels: [(name, ns)] of one warm-up and one timed call (the list is written twice)."""
+def write_times(path, kernels, phases=None):
+    """kernels: [(name, ns)] of one warm-up and one timed call (the list is written twice); or phases: a list of
+    such lists, each written twice in turn, as cuda_attention_bench runs them (the forward twice, then the
+    backward twice)."""
     lines = ["==PROF== Connected", HEAD]
-    for n, (name, ns) in enumerate(kernels + kernels):
+    seq = kernels + kernels if phases is None else [k for ph in phases for k in ph + ph]
+    for n, (name, ns) in enumerate(seq):
         lines.append(f'"{n}","1","b","h","{name}","1","7","(1,1,1)","(1,1,1)","0","9.0","m","gpu__time_duration.sum",'
                      f'"ns","{ns:,}"')
     path.write_text("\n".join(lines) + "\n")
@@ -120,3 +123,26 @@ def test_sass_counts_per_function(tmp_path, capsys):
 def test_sass_count_refuses_other_text():
     with pytest.raises(ValueError, match="not cuobjdump"):
         load("sass_count").functions("ptxas info: Used 80 registers")
+
+
+def test_timed_calls_of_phases_run_twice_each(tmp_path):
+    # The benchmark's real order: forward, forward, backward, backward. The second half of these launches would
+    # hold the warm-up backward's last kernel too (the session-10 correction); each phase's second copy does not.
+    nt = load("ncu_times")
+    fwd = [("void flash_fwd_wg_kernel<128, 1, 1>(P)", 1000)]
+    bwd = [("void bwd_preprocess_vec_kernel<128>(P)", 50000), ("void flash_bwd_wg_kernel<128, 1>(P)", 4400000),
+           ("void bwd_postprocess_dkv_kernel<1>(P)", 100000)]
+    write_times(tmp_path / "t.csv", None, phases=[fwd, bwd])
+    calls = nt.timed_calls(tmp_path / "t.csv")
+    assert [us for _, us in calls] == [1.0, 50.0, 4400.0, 100.0]
+    assert nt.by_kernel(calls)["void bwd_postprocess_dkv_kernel<1>(P)"] == 100.0  # once, not 200
+
+
+@pytest.mark.parametrize("names, blocks", [
+    (list("aabcbc"), [(0, 1), (2, 2)]),
+    (list("yxxyxx"), [(0, 3)]),           # a block that repeats a kernel inside it
+    (list("xxxx"), [(0, 1), (2, 1)]),     # ambiguous, but the same kernels either way
+    (list("abcab"), None),                # not phases run twice: the caller falls back with a warning
+])
+def test_doubled_blocks(names, blocks):
+    assert load("ncu_times").doubled_blocks(names) == blocks

@@ -1,11 +1,17 @@
 # Where the PyTorch op's backward time goes beyond its kernels (docs/perf-notes.md, session 9: at D = 128, N = 4k
 # bench/attention_bench.py timed gproj's backward ~0.39 ms above cuda_attention_bench's kernels, baseline's ~0.19
 # ms). Per variant, on the same inputs:
-#   grad     torch.autograd.grad through gproj.attention (what attention_bench.py times)
+#   grad     torch.autograd.grad through gproj.attention, one call between two CUDA events (what
+#            attention_bench.py times, GUIDE section 5)
+#   pipe     the same, 8 calls back to back between two events, per call: the host queues ahead of the GPU as in
+#            training, so its latency before the first kernel is hidden (grad - pipe is that latency)
 #   op       the binding's backward alone (gproj._C.backward on the forward's saved tensors: no autograd)
 #   kernels  the device time of the kernels and memsets one backward launches (torch.profiler), and the largest
-# gap = grad - kernels is time the GPU spends idle or waiting on the host inside one backward. Run on the GPU
-# machine; --smoke runs a tiny shape on the CPU (the emulator; no device times) to test the harness.
+# gap = grad - kernels is time the GPU spends idle or waiting on the host inside one backward. --sdpa adds torch
+# SDPA's FLASH_ATTENTION backend as a reference row (grad and pipe only). --trace DIR writes a Chrome trace of one
+# grad call per row (CPU and GPU activity; open in chrome://tracing or Perfetto) and prints where the host was when
+# the GPU started and finished. Run on the GPU machine; --smoke runs a tiny shape on the CPU (the emulator; no
+# device times) to test the harness.
 import argparse
 import json
 import os
@@ -40,11 +46,72 @@ def kernel_times(fn, device):
     return out
 
 
-def measure(variant, B, N, H, D, causal, device, reps, warmup, q_scale):
+def pipelined_s(fn, device, reps, warmup, depth=8):
+    """Median seconds per call of `depth` back-to-back fn() calls between one pair of CUDA events (perf_counter
+    on the CPU): the host's launch latency overlaps the GPU's work, as it does in a training step."""
+    return median_s(lambda: [fn() for _ in range(depth)], device, reps, warmup) / depth
+
+
+def host_timeline(fn, device, trace_path=None):
+    """One fn() under torch.profiler with CPU and (on the GPU) CUDA activity. Returns µs from the first host event
+    to the first kernel launch, the last launch, the first GPU activity and the last GPU activity's end, and the
+    GPU's idle time between its first and last activity (None for the GPU entries on the CPU); with trace_path,
+    also the Chrome trace there (written atomically)."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    with profile(activities=acts) as prof:
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    if trace_path:
+        tmp = f"{trace_path}.tmp.{os.getpid()}.json"
+        prof.export_chrome_trace(tmp)
+        os.replace(tmp, trace_path)
+    cpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
+    gpu = sorted(((e.time_range.start, e.time_range.end) for e in prof.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda t: t[0])
+    t0 = min(e.time_range.start for e in cpu)
+    launches = [e.time_range.end for e in cpu if "Launch" in e.name or "Memset" in e.name]
+    out = {"first_launch_us": min(launches) - t0 if launches else None,
+           "last_launch_us": max(launches) - t0 if launches else None,
+           "gpu_start_us": None, "gpu_end_us": None, "gpu_idle_us": None}
+    if gpu:
+        idle, reach = 0.0, gpu[0][1]
+        for a, b in gpu[1:]:
+            idle += max(0.0, a - reach)
+            reach = max(reach, b)
+        out.update(gpu_start_us=gpu[0][0] - t0, gpu_end_us=reach - t0, gpu_idle_us=idle)
+    return out
+
+
+def make_inputs(B, N, H, D, device, q_scale):
     gen = torch.Generator(device="cpu").manual_seed(1234)
-    base = [(torch.randn((B, N, H, D), generator=gen) * (q_scale if i == 0 else 1.0)).to(device=device,
-                                                                                         dtype=torch.bfloat16)
+    return [(torch.randn((B, N, H, D), generator=gen) * (q_scale if i == 0 else 1.0)).to(device=device,
+                                                                                        dtype=torch.bfloat16)
             for i in range(4)]
+
+
+def measure_sdpa(B, N, H, D, causal, device, reps, warmup, q_scale, trace_dir=None):
+    """The reference row: torch SDPA's FLASH_ATTENTION backend through autograd (grad and pipe only)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    base = make_inputs(B, N, H, D, device, q_scale)
+    q, k, v = (t.detach().clone().transpose(1, 2).requires_grad_(True) for t in base[:3])
+    dout = base[3].transpose(1, 2)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION if device == "cuda" else SDPBackend.MATH):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    grad = lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)  # noqa: E731
+    trace = os.path.join(trace_dir, "trace_sdpa_grad.json") if trace_dir else None
+    return {"variant": "sdpa-flash" if device == "cuda" else "sdpa-math", "B": B, "N": N, "H": H, "D": D, "causal": causal, "q_scale": q_scale,
+            "grad_ms": 1e3 * median_s(grad, device, reps, warmup),
+            "pipe_ms": 1e3 * pipelined_s(grad, device, reps, warmup), "op_ms": None, "kernels_ms": None,
+            "gap_ms": None, "kernels_us": {}, "timeline": host_timeline(grad, device, trace)}
+
+
+def measure(variant, B, N, H, D, causal, device, reps, warmup, q_scale, trace_dir=None):
+    base = make_inputs(B, N, H, D, device, q_scale)
     q, k, v = (t.detach().clone().requires_grad_(True) for t in base[:3])
     dout = base[3]
     o = gproj.attention(q, k, v, causal=causal, variant=variant)
@@ -53,13 +120,16 @@ def measure(variant, B, N, H, D, causal, device, reps, warmup, q_scale):
         o2, o_fp32, lse = _C.forward(q, k, v, causal, None, variant, None)
     op = lambda: _C.backward(dout, q, k, v, o2, o_fp32, lse, causal, None, variant, None, None)  # noqa: E731
     t_grad = median_s(grad, device, reps, warmup)
+    t_pipe = pipelined_s(grad, device, reps, warmup)
     t_op = median_s(op, device, reps, warmup)
     kernels = kernel_times(grad, device)
     busy = sum(kernels.values()) / 1e6
+    trace = os.path.join(trace_dir, f"trace_{variant}_grad.json") if trace_dir else None
     return {"variant": variant, "B": B, "N": N, "H": H, "D": D, "causal": causal, "q_scale": q_scale,
-            "grad_ms": 1e3 * t_grad, "op_ms": 1e3 * t_op, "kernels_ms": 1e3 * busy if kernels else None,
+            "grad_ms": 1e3 * t_grad, "pipe_ms": 1e3 * t_pipe, "op_ms": 1e3 * t_op, "kernels_ms": 1e3 * busy if kernels else None,
             "gap_ms": 1e3 * (t_grad - busy) if kernels else None,
-            "kernels_us": dict(sorted(kernels.items(), key=lambda kv: -kv[1]))}
+            "kernels_us": dict(sorted(kernels.items(), key=lambda kv: -kv[1])),
+            "timeline": host_timeline(grad, device, trace)}
 
 
 def main(argv):
@@ -74,6 +144,8 @@ def main(argv):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--q-scale", type=float, default=1.0)
+    ap.add_argument("--sdpa", action="store_true", help="add torch SDPA FLASH_ATTENTION's backward as a reference")
+    ap.add_argument("--trace", default=None, metavar="DIR", help="write a Chrome trace of one grad call per row")
     ap.add_argument("--out", default=None, help="JSON report (written atomically)")
     args = ap.parse_args(argv[1:])
     if not (0.0 < args.q_scale <= 64.0):
@@ -89,15 +161,30 @@ def main(argv):
     if args.smoke:
         args.dim, args.length, args.tokens, args.width, args.reps, args.warmup = 64, 128, 256, 128, 2, 1
     B, H = args.tokens // args.length, args.width // args.dim
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
     rows = []
-    print(f"{'variant':<10} {'grad ms':>8} {'op ms':>8} {'kernels':>8} {'gap ms':>8}   largest kernels (µs)", flush=True)
-    for variant in args.variants:
-        r = measure(variant, B, args.length, H, args.dim, args.causal, device, args.reps, args.warmup, args.q_scale)
+    print(f"{'variant':<10} {'grad ms':>8} {'pipe ms':>8} {'op ms':>8} {'kernels':>8} {'gap ms':>8}   "
+          "largest kernels (µs)", flush=True)
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    jobs = [lambda v=v: measure(v, B, args.length, H, args.dim, args.causal, device, args.reps, args.warmup,
+                                args.q_scale, args.trace) for v in args.variants]
+    if args.sdpa:
+        jobs.append(lambda: measure_sdpa(B, args.length, H, args.dim, args.causal, device, args.reps, args.warmup,
+                                         args.q_scale, args.trace))
+    for job in jobs:
+        r = job()
         rows.append(r)
-        ker = "-" if r["kernels_ms"] is None else f"{r['kernels_ms']:.3f}"
-        gap = "-" if r["gap_ms"] is None else f"{r['gap_ms']:.3f}"
         top = ", ".join(f"{n} {us:.0f}" for n, us in list(r["kernels_us"].items())[:6])
-        print(f"{variant:<10} {r['grad_ms']:>8.3f} {r['op_ms']:>8.3f} {ker:>8} {gap:>8}   {top}", flush=True)
+        print(f"{r['variant']:<10} {r['grad_ms']:>8.3f} {r['pipe_ms']:>8.3f} {fmt(r['op_ms']):>8} "
+              f"{fmt(r['kernels_ms']):>8} {fmt(r['gap_ms']):>8}   {top}", flush=True)
+    print("host timeline of one grad call (µs from its first host event): first launch, last launch, "
+          "GPU start, GPU end, GPU idle in between")
+    for r in rows:
+        t = r["timeline"]
+        print(f"  {r['variant']:<10} " + "  ".join(f"{k[:-3]} {'-' if t[k] is None else f'{t[k]:.0f}'}"
+                                                 for k in ("first_launch_us", "last_launch_us", "gpu_start_us",
+                                                           "gpu_end_us", "gpu_idle_us")), flush=True)
     if args.out:
         tmp = f"{args.out}.tmp.{os.getpid()}"
         with open(tmp, "w") as f:

@@ -22,10 +22,21 @@ def test_smoke_run_times_each_variant(tmp_path):
     rows = load().main(["op_overhead.py", "--smoke", "--variants", "baseline", "gproj", "--out", str(out)])
     assert [r["variant"] for r in rows] == ["baseline", "gproj"]
     for r in rows:
-        assert r["grad_ms"] > 0 and r["op_ms"] > 0
+        assert r["grad_ms"] > 0 and r["pipe_ms"] > 0 and r["op_ms"] > 0
         assert r["kernels_ms"] is None and r["gap_ms"] is None  # no device times on the CPU
+        assert r["timeline"]["gpu_start_us"] is None
     report = json.loads(out.read_text())
     assert [r["variant"] for r in report["rows"]] == ["baseline", "gproj"]
+    assert not list(tmp_path.glob("*.tmp.*"))
+
+
+def test_sdpa_reference_row_and_traces(tmp_path):
+    rows = load().main(["op_overhead.py", "--smoke", "--variants", "gproj", "--sdpa", "--trace", str(tmp_path)])
+    assert [r["variant"] for r in rows] == ["gproj", "sdpa-math"]  # SDPA's MATH backend on the CPU
+    assert rows[1]["op_ms"] is None and rows[1]["grad_ms"] > 0
+    for name in ("trace_gproj_grad.json", "trace_sdpa_grad.json"):
+        trace = json.loads((tmp_path / name).read_text())
+        assert any(e.get("ph") == "X" for e in trace["traceEvents"])  # the host's events of one grad call
     assert not list(tmp_path.glob("*.tmp.*"))
 
 

@@ -396,8 +396,8 @@ __device__ __forceinline__ ThreshRowLoads<D, kLanes> thresh_row_loads(const Kern
   x.jt = 0;
   x.pt = 0.0f;
   if (sub < p.list_cap) {  // all slots at once; the count decides below which are real
-    x.jt = p.list_j[row * p.list_cap + lane];
-    x.pt = p.list_p[row * p.list_cap + lane];
+    x.jt = p.list_j[row * p.list_cap + sub];
+    x.pt = p.list_p[row * p.list_cap + sub];
   }
   if constexpr (kV == 4) {
     const float4 a = *reinterpret_cast<const float4*>(p.dq_acc + row * D + d0);
@@ -600,6 +600,9 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   }
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).
+  // With two rows per warp a lane wrote D / 16 columns of its half's slots and now reads D / 32 columns of every
+  // slot: other lanes' writes, so the warp synchronises first (racecheck found this).
+  if constexpr (kLanes == 16) __syncwarp();
   constexpr int kCols = D / 32;
   for (int s = 0; s < kSlots; ++s) {
     const int j = __shfl_sync(0xffffffffu, tab.key, WarpDkTable<D, kLanes>::holder(s));

@@ -74,7 +74,7 @@ def print_times(path):
     tot = by_kernel(calls)
     for name, us in tot.items():
         print(f"  {us:9.1f} us  {name}")
-    print(f"  {sum(tot.values()):9.1f} us  total (second half of the calls)")
+    print(f"  {sum(tot.values()):9.1f} us  total (the timed call of each phase)")
 
 
 def print_compare(work):

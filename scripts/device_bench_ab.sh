@@ -6,7 +6,7 @@
 #   SHAPES   (default "128:4096:0 128:4096:1"), INPUTS (default "gaussian"; q4 = --q-scale 4, sink = --sink)
 #   ONLY     the variants (default "baseline gproj"), ROUNDS (default 2: the builds in turn, then again)
 #   NCU=1    also each build's per-kernel times of one backward without ncu's cache flush or clock lock, for the
-#            variants in NCU_ONLY (default gproj)
+#            variants in NCU_ONLY (default gproj), each shape and each input kind
 # Output: $OUT/ab.txt (rows tagged with inputs, round and commit) and, with NCU=1, $OUT/ab_ncu.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -50,13 +50,17 @@ done | tee -a "$out/ab.txt"
 
 if [ "${NCU:-0}" = 1 ]; then
   for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
-    for v in ${NCU_ONLY:-gproj}; do
-      for i in "${!bins[@]}"; do
-        csv="/tmp/ab_ncu_${i}_${v}_${shape//:/_}.csv"
-        timeout 120 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
-          --print-units base "${bins[$i]}" --only "$v" --shape "$shape" --reps 1 >"$csv" 2>/dev/null
-        echo "== $v $shape ${commits[$i]} (ncu, warm caches): rc=$?"
-        python3 bench/ncu_times.py "$csv"
+    for kind in ${INPUTS:-gaussian}; do
+      args=$(input_args "$kind") || exit 2
+      for v in ${NCU_ONLY:-gproj}; do
+        for i in "${!bins[@]}"; do
+          csv="/tmp/ab_ncu_${i}_${v}_${shape//:/_}_$kind.csv"
+          # shellcheck disable=SC2086
+          timeout 120 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+            --print-units base "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 1 >"$csv" 2>/dev/null
+          echo "== $v $shape $kind ${commits[$i]} (ncu, warm caches): rc=$?"
+          python3 bench/ncu_times.py "$csv"
+        done
       done
     done
   done | tee "$out/ab_ncu.txt"

@@ -27,8 +27,10 @@ def run_ab(tmp_path, benches, env_extra=None):
     """device_bench_ab.sh in a copy of the scripts it needs (so that no .prebuilt of this checkout is used)."""
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
+    (tree / "bench").mkdir()
     for name in ("device_bench_ab.sh", "device_env.sh"):
         shutil.copy(ROOT / "scripts" / name, tree / "scripts" / name)
+    shutil.copy(ROOT / "bench" / "ncu_times.py", tree / "bench" / "ncu_times.py")
     env = dict(os.environ, BENCHES=benches, OUT=str(tmp_path / "out"), GPROJ_COMMIT="test", **(env_extra or {}))
     return subprocess.run(["bash", str(tree / "scripts" / "device_bench_ab.sh")], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -98,6 +100,30 @@ def test_bench_ab_runs_every_build_in_turn(tmp_path):
     assert rows[0].startswith("row --only gproj --shape 128:4096:1") and rows[0].endswith(f"gaussian  r1  {commits[0]}")
     assert rows[1].endswith(f"gaussian  r1  {commits[1]}")
     assert "--q-scale 4" in rows[4] and rows[7].endswith(f"q4  r2  {commits[1]}")
+
+
+def test_bench_ab_ncu_runs_each_input_kind(tmp_path):
+    # A fake ncu on PATH logs its arguments: one run per shape, input kind and build, with the kind's arguments.
+    tag = f"test-{os.getpid()}-{tmp_path.name}"
+    fake_bench_dir(tmp_path, "a", tag)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "ncu_args.log"
+    (bindir / "ncu").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    (bindir / "ncu").chmod(0o755)
+    env_extra = {"SHAPES": "64:1024:1", "INPUTS": "gaussian q4", "ONLY": "gproj", "ROUNDS": "1", "NCU": "1",
+                 "PATH": f"{bindir}:{os.environ['PATH']}"}
+    try:
+        r = run_ab(tmp_path, "a", env_extra)
+    finally:
+        shutil.rmtree(Path("/tmp/ab_bench") / tag, ignore_errors=True)
+    assert r.returncode == 0, r.stderr
+    runs = log.read_text().splitlines()
+    assert len(runs) == 2
+    assert "--q-scale" not in runs[0] and "--shape 64:1024:1 --q-scale 4 --reps 1" in runs[1]
+    heads = [line for line in (tmp_path / "out" / "ab_ncu.txt").read_text().splitlines() if line.startswith("==")]
+    assert heads == [f"== gproj 64:1024:1 gaussian {tag} (ncu, warm caches): rc=0",
+                     f"== gproj 64:1024:1 q4 {tag} (ncu, warm caches): rc=0"]
 
 
 def test_bench_ab_refuses_an_unknown_input_kind(tmp_path):

@@ -102,6 +102,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+#if defined(GPROJ_ABLATE) && GPROJ_ABLATE != 0
+  std::printf("# ABLATED build (GPROJ_ABLATE=%d): gproj's gradients are wrong; for timing only\n", GPROJ_ABLATE);
+  std::fprintf(stderr, "cuda_attention_bench: ABLATED build (GPROJ_ABLATE=%d), timing only\n", GPROJ_ABLATE);
+#endif
   if (reps < 1) {
     std::fprintf(stderr, "--reps must be at least 1\n");
     return 2;

@@ -138,6 +138,16 @@ __device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t*
   }
 }
 
+// Bench-only ablation (CMake -DGPROJ_ABLATE=N, `ABLATE=N scripts/pack_bench.sh REV`): each bit removes one part
+// of thresh-lowrank's work from this kernel so that a bench can time it; the gradients are then wrong, and the
+// bench says so. 1: the statistics product (the record is zero), 2: bf16(P) into shared memory, 4: the record
+// atomics, 8: the large-entry test and the list appends. 0 (every normal build) changes nothing.
+#ifndef GPROJ_ABLATE
+#define GPROJ_ABLATE 0
+#endif
+constexpr int kAblate = GPROJ_ABLATE;
+static_assert(kAblate >= 0 && kAblate < 16, "GPROJ_ABLATE is a 4-bit mask");
+
 // kStats: also add the row sums of bf16(dS) to r_i (p.rowsum; the audit's max |r_i|), for baseline and fwdfix.
 // kThresh (v3.1 only): the main kernel of gproj's thresh-lowrank projection, as v1's kThresh: r_i, s_i, P (K U)
 // from one small wgmma per block, the entries with bf16(P) >= thresh appended to their rows' lists; the
@@ -432,7 +442,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
         // kThresh: bf16(P) >= thresh, as the list holds them, is FP32 P >= thresh_unrounded (rounding is
         // monotone), so the FP32 values are compared, once, through their max.
-        if (kThresh) pmax = fmaxf(pmax, fmaxf(fmaxf(pv[0], pv[1]), fmaxf(pv[2], pv[3])));
+        if (kThresh && !(kAblate & 8)) pmax = fmaxf(pmax, fmaxf(fmaxf(pv[0], pv[1]), fmaxf(pv[2], pv[3])));
         const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
         dsf[n >> 1][(n & 1) * 2] = da;
         dsf[n >> 1][(n & 1) * 2 + 1] = db;
@@ -463,7 +473,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     // of line after the barrier.
     uint32_t more = 0;
     int claim_c[2] = {-1, -1}, claim_slot[2] = {0, 0};
-    if (kThresh && pmax >= p.thresh_unrounded) {
+    if (kThresh && !(kAblate & 8) && pmax >= p.thresh_unrounded) {
       more = large_entry_mask(pf, p.thresh);
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -488,7 +498,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const int query = (n + (mi >> 1)) * 8 + r, key0 = w4 * 16 + (mi & 1) * 8;
         stmatrix_x4_trans(smem_u32(blk + sw128_offset(query, key0, BQ)), dsf[n >> 1][0], dsf[n >> 1][1],
                           dsf[n >> 1][2], dsf[n >> 1][3]);
-        if (kThresh) {  // bf16(P) the same way, for the statistics product and the list appends
+        if (kThresh && !(kAblate & 2)) {  // bf16(P) the same way, for the statistics product and the list appends
           stmatrix_x4_trans(smem_u32(sP + wg * BQ * 64 + sw128_offset(query, key0, BQ)), pf[n >> 1][0],
                             pf[n >> 1][1], pf[n >> 1][2], pf[n >> 1][3]);
         }
@@ -548,8 +558,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
       for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
       float st16[8];  // kThresh, first column block: the statistics record of this warp's rows, m64n16 layout
+      if constexpr (kAblate & 1) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) st16[e] = 0.0f;
+      }
       wg_fence();
-      if (kThresh && qn == 0) {
+      if (kThresh && qn == 0 && !(kAblate & 1)) {
 #pragma unroll
         for (int kin = 0; kin < 4; ++kin) {
           const uint64_t pa = wg_desc_kmajor(sP + wg * BQ * 64 + kin * 16);
@@ -574,8 +588,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (kThresh && qn == 0) {
         fence_regs(st16);
         // Columns 2 tq, 2 tq + 1 of the record (n8 block 0): one 8-byte atomic per lane and row.
-        if (row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
-        if (row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
+        constexpr bool kRecord = !(kAblate & 4);
+        if (kRecord && row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
+        if (kRecord && row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
         // The entries whose slots were claimed after the element-wise step, written now (sP holds their bf16(P)
         // until the next block's barrier). The slots are compared with the capacity through a value the dQ
         // product has just produced (the min is the capacity itself): ptxas otherwise hoisted the compare of the

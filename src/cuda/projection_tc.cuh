@@ -277,58 +277,37 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
 }
 
-// Sums each of v[0..7] over the warp (every lane gets the 8 sums): 9 exchanges and one broadcast per value instead
-// of 8 x 5 exchanges. The first three steps halve the values a lane carries (the lane with the step's bit set keeps
-// the upper half), two plain steps finish the sums. A fixed order: deterministic, the same in every lane.
-__device__ __forceinline__ void warp_sum8(float (&v)[8], int lane) {
-  const bool up16 = lane & 16, up8 = lane & 8, up4 = lane & 4;
+// Sums each of v[0..7] over a group of kLanes lanes, the whole warp (32) or each half-warp (16, v1.31: two rows
+// per warp); every lane gets its group's 8 sums: 9 exchanges (8 in a half) and one broadcast per value instead of
+// 8 x 5. The first three steps halve the values a lane carries (the lane with the step's bit set keeps the upper
+// half), plain steps finish the sums. A fixed order: deterministic, the same in every lane. The whole warp calls
+// it converged.
+template <int kLanes>
+__device__ __forceinline__ void group_sum8(float (&v)[8], int lane) {
+  static_assert(kLanes == 32 || kLanes == 16, "a warp or a half-warp");
+  constexpr int kB = kLanes / 2;  // the first step's lane bit
+  const bool up1 = lane & kB, up2 = lane & (kB / 2), up3 = lane & (kB / 4);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {  // lanes without bit 4 keep values 0-3, with it 4-7
-    const float send = up16 ? v[k] : v[k + 4], keep = up16 ? v[k + 4] : v[k];
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  for (int k = 0; k < 4; ++k) {  // lanes without bit kB keep values 0-3, with it 4-7
+    const float send = up1 ? v[k] : v[k + 4], keep = up1 ? v[k + 4] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, kB);
   }
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const float send = up8 ? v[k] : v[k + 2], keep = up8 ? v[k + 2] : v[k];
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+    const float send = up2 ? v[k] : v[k + 2], keep = up2 ? v[k + 2] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, kB / 2);
   }
   {
-    const float send = up4 ? v[0] : v[1], keep = up4 ? v[1] : v[0];
-    v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+    const float send = up3 ? v[0] : v[1], keep = up3 ? v[1] : v[0];
+    v[0] = keep + __shfl_xor_sync(0xffffffffu, send, kB / 4);
   }
-  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 2);
-  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
-  // Lane l now holds the sum of value 4 (l >> 4 & 1) + 2 (l >> 3 & 1) + (l >> 2 & 1).
+#pragma unroll
+  for (int o = kB / 8; o >= 1; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+  // Lane l now holds its group's sum of value 4 (l / kB & 1) + 2 (l / (kB / 2) & 1) + (l / (kB / 4) & 1).
   const float mine = v[0];
 #pragma unroll
   for (int k = 0; k < 8; ++k)
-    v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 4) | ((k >> 1 & 1) << 3) | ((k & 1) << 2));
-}
-
-// warp_sum8 over each half-warp separately (v1.31: two rows per warp): the same steps one bit lower, the whole warp
-// converged; each half's lanes get their half's 8 sums.
-__device__ __forceinline__ void half_sum8(float (&v)[8], int lane) {
-  const bool up8 = lane & 8, up4 = lane & 4, up2 = lane & 2;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float send = up8 ? v[k] : v[k + 4], keep = up8 ? v[k + 4] : v[k];
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-  }
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const float send = up4 ? v[k] : v[k + 2], keep = up4 ? v[k + 2] : v[k];
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-  }
-  {
-    const float send = up2 ? v[0] : v[1], keep = up2 ? v[1] : v[0];
-    v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-  }
-  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
-  // Lane l now holds its half's sum of value 4 (l >> 3 & 1) + 2 (l >> 2 & 1) + (l >> 1 & 1).
-  const float mine = v[0];
-#pragma unroll
-  for (int k = 0; k < 8; ++k)
-    v[k] = __shfl_sync(0xffffffffu, mine, ((k >> 2 & 1) << 3) | ((k >> 1 & 1) << 2) | ((k & 1) << 1), 16);
+    v[k] = __shfl_sync(0xffffffffu, mine, (k >> 2 & 1) * kB | (k >> 1 & 1) * (kB / 2) | (k & 1) * (kB / 4), kLanes);
 }
 
 // The listed entries' dK corrections of one warp of the dQ correction (its 8 consecutive rows), summed per key in
@@ -482,11 +461,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
     y[kTailRank] = pt;
 #pragma unroll
     for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
-    if constexpr (kLanes == 32) {
-      warp_sum8(y, lane);
-    } else {
-      half_sum8(y, lane);
-    }
+    group_sum8<kLanes>(y, lane);
 #pragma unroll
     for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
     mass = y[kTailRank];

@@ -52,7 +52,12 @@ fi
 # The CPU suites run in CI; here the GPU ones (each step bounded so a hang still returns a summary).
 t0=$(date +%s)
 timeout 150 "$cuda_tests_bin" >"$out/cuda_tests.log" 2>&1
-note "cuda_tests: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.log" | tr '\n' ' ')"
+rc=$?
+# The counts and the first failure; after a failure each failed test again on its own (one illegal address
+# breaks the CUDA context for every later test in the process).
+triage_args=()
+[ "$rc" = 0 ] || triage_args=(--rerun "$cuda_tests_bin" --budget 90)
+note "cuda_tests: rc=$rc in $(( $(date +%s) - t0 )) s; $(python3 scripts/gtest_triage.py "$out/cuda_tests.log" "${triage_args[@]}")"
 
 # Small cases of every kernel path: the default and wide backward, thresh-lowrank on v3.1 (D = 64) and v3.2
 # (D = 128: its in-kernel K U and the per-key dK table), and (odd row count) pweighted and thresh-lowrank.

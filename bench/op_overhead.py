@@ -94,24 +94,33 @@ def make_inputs(B, N, H, D, device, q_scale):
             for i in range(4)]
 
 
-def measure_sdpa(B, N, H, D, causal, device, reps, warmup, q_scale, trace_dir=None):
-    """The reference row: torch SDPA's FLASH_ATTENTION backend through autograd (grad and pipe only)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    base = make_inputs(B, N, H, D, device, q_scale)
-    q, k, v = (t.detach().clone().transpose(1, 2).requires_grad_(True) for t in base[:3])
-    dout = base[3].transpose(1, 2)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION if device == "cuda" else SDPBackend.MATH):
-        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    grad = lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)  # noqa: E731
-    trace = os.path.join(trace_dir, "trace_sdpa_grad.json") if trace_dir else None
-    return {"variant": "sdpa-flash" if device == "cuda" else "sdpa-math", "B": B, "N": N, "H": H, "D": D, "causal": causal, "q_scale": q_scale,
-            "grad_ms": 1e3 * median_s(grad, device, reps, warmup),
+def grad_row(variant, grad, shape, device, reps, warmup, trace_dir, trace_label=None):
+    """The columns every row has: grad and pipe times of grad() and its host timeline (and, with trace_dir, its
+    trace as trace_LABEL_grad.json, LABEL the variant unless given)."""
+    trace = os.path.join(trace_dir, f"trace_{trace_label or variant}_grad.json") if trace_dir else None
+    return {"variant": variant, **shape, "grad_ms": 1e3 * median_s(grad, device, reps, warmup),
             "pipe_ms": 1e3 * pipelined_s(grad, device, reps, warmup), "op_ms": None, "kernels_ms": None,
             "gap_ms": None, "kernels_us": {}, "timeline": host_timeline(grad, device, trace)}
 
 
-def measure(variant, B, N, H, D, causal, device, reps, warmup, q_scale, trace_dir=None):
-    base = make_inputs(B, N, H, D, device, q_scale)
+def measure_sdpa(shape, device, reps, warmup, trace_dir=None):
+    """The reference row: torch SDPA's FLASH_ATTENTION backend through autograd (grad and pipe only; MATH on the
+    CPU)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    base = make_inputs(shape["B"], shape["N"], shape["H"], shape["D"], device, shape["q_scale"])
+    q, k, v = (t.detach().clone().transpose(1, 2).requires_grad_(True) for t in base[:3])
+    dout = base[3].transpose(1, 2)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION if device == "cuda" else SDPBackend.MATH):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=shape["causal"])
+    grad = lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)  # noqa: E731
+    return grad_row("sdpa-flash" if device == "cuda" else "sdpa-math", grad, shape, device, reps, warmup, trace_dir,
+                    "sdpa")
+
+
+def measure(variant, shape, device, reps, warmup, trace_dir=None):
+    """A gproj row: grad and pipe as for SDPA, the binding's backward alone (op) and the kernels' device time."""
+    causal = shape["causal"]
+    base = make_inputs(shape["B"], shape["N"], shape["H"], shape["D"], device, shape["q_scale"])
     q, k, v = (t.detach().clone().requires_grad_(True) for t in base[:3])
     dout = base[3]
     o = gproj.attention(q, k, v, causal=causal, variant=variant)
@@ -119,17 +128,13 @@ def measure(variant, B, N, H, D, causal, device, reps, warmup, q_scale, trace_di
     with torch.no_grad():
         o2, o_fp32, lse = _C.forward(q, k, v, causal, None, variant, None)
     op = lambda: _C.backward(dout, q, k, v, o2, o_fp32, lse, causal, None, variant, None, None)  # noqa: E731
-    t_grad = median_s(grad, device, reps, warmup)
-    t_pipe = pipelined_s(grad, device, reps, warmup)
-    t_op = median_s(op, device, reps, warmup)
+    row = grad_row(variant, grad, shape, device, reps, warmup, trace_dir)
     kernels = kernel_times(grad, device)
-    busy = sum(kernels.values()) / 1e6
-    trace = os.path.join(trace_dir, f"trace_{variant}_grad.json") if trace_dir else None
-    return {"variant": variant, "B": B, "N": N, "H": H, "D": D, "causal": causal, "q_scale": q_scale,
-            "grad_ms": 1e3 * t_grad, "pipe_ms": 1e3 * t_pipe, "op_ms": 1e3 * t_op, "kernels_ms": 1e3 * busy if kernels else None,
-            "gap_ms": 1e3 * (t_grad - busy) if kernels else None,
-            "kernels_us": dict(sorted(kernels.items(), key=lambda kv: -kv[1])),
-            "timeline": host_timeline(grad, device, trace)}
+    busy_ms = 1e3 * sum(kernels.values()) / 1e6
+    row.update(op_ms=1e3 * median_s(op, device, reps, warmup), kernels_ms=busy_ms if kernels else None,
+               gap_ms=row["grad_ms"] - busy_ms if kernels else None,
+               kernels_us=dict(sorted(kernels.items(), key=lambda kv: -kv[1])))
+    return row
 
 
 def main(argv):
@@ -167,11 +172,10 @@ def main(argv):
     print(f"{'variant':<10} {'grad ms':>8} {'pipe ms':>8} {'op ms':>8} {'kernels':>8} {'gap ms':>8}   "
           "largest kernels (µs)", flush=True)
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-    jobs = [lambda v=v: measure(v, B, args.length, H, args.dim, args.causal, device, args.reps, args.warmup,
-                                args.q_scale, args.trace) for v in args.variants]
+    shape = {"B": B, "N": args.length, "H": H, "D": args.dim, "causal": args.causal, "q_scale": args.q_scale}
+    jobs = [lambda v=v: measure(v, shape, device, args.reps, args.warmup, args.trace) for v in args.variants]
     if args.sdpa:
-        jobs.append(lambda: measure_sdpa(B, args.length, H, args.dim, args.causal, device, args.reps, args.warmup,
-                                         args.q_scale, args.trace))
+        jobs.append(lambda: measure_sdpa(shape, device, args.reps, args.warmup, args.trace))
     for job in jobs:
         r = job()
         rows.append(r)

@@ -3,10 +3,10 @@
 # each REV (a branch, tag or commit) a worktree under build/pack_bench/, a bench-only CUDA build there (~90 s on 2
 # cores), and .ab_NAME/bench.tar.xz with .ab_NAME/COMMIT, NAME being REV with '/' turned into '_'.
 #   bash scripts/pack_bench.sh candidate/s9-block-suffix main
-# ABLATE=N (1-15) builds with -DGPROJ_ABLATE=N (parts of gproj's main kernel removed, for timing only;
-# src/cuda/flash_bwd_wg.cuh): NAME and the commit recorded get the suffix _ablateN / +ablateN.
 # then on the device: BENCHES=".ab_main .ab_candidate_s9-block-suffix" bash scripts/device_bench_ab.sh, with the
 # .ab_* folders carried (they are ignored by git: /.ab_*/ in .git/info/exclude).
+# ABLATE=N (1-15) builds with -DGPROJ_ABLATE=N (parts of gproj's main kernel removed, for timing only;
+# src/cuda/flash_bwd_wg.cuh): NAME and the commit recorded get the suffix _ablateN / +ablateN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 REV [REV...]" >&2; exit 2; }

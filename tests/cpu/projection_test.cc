@@ -13,6 +13,7 @@
 #include "gproj/error.h"
 #include "gproj/stress.h"
 #include "gproj/synthetic.h"
+#include "test_util.h"
 
 namespace gproj {
 namespace {
@@ -91,8 +92,8 @@ TEST(Projection, DefaultIsThreshLowRank) {
 // plain top-k leaves 0.78%) and on a captured state.
 TEST(Projection, CheapFormsTrackFullPWeighting) {
   std::vector<AttentionState> states;
-  states.push_back(stress_suite(GPROJ_TEST_DATA, {"sink-ties-positive"}).at(0).make());
-  states.push_back(load_state(std::string(GPROJ_TEST_DATA) + "/real_step5000_layer3.safetensors"));
+  states.push_back(stress_suite(::gproj::test::data_dir(), {"sink-ties-positive"}).at(0).make());
+  states.push_back(load_state(::gproj::test::data_dir() + "/real_step5000_layer3.safetensors"));
   for (const AttentionState& s : states) {
     const OracleRun oracle = run_oracle(s);
     const VariantRun full = run_variant(s, test::params_for(Variant::kGproj, Projection::kPWeighted), oracle);
@@ -138,8 +139,8 @@ TEST(Projection, EveryCandidateRunsByNameWithinTolerancesOnRandomInputs) {
 // large component (0.41% dK without it) under the 0.3% bar of the captured states.
 TEST(Projection, DkCompensationRemovesTheQueriesSharedComponentFromDk) {
   std::vector<std::pair<std::string, AttentionState>> states;
-  for (const StressCase& c : stress_suite(GPROJ_TEST_DATA)) states.emplace_back(c.name, c.make());
-  states.emplace_back("training layer 1", load_state(std::string(GPROJ_TEST_DATA) + "/real_s2_step5000_layer1.safetensors"));
+  for (const StressCase& c : stress_suite(::gproj::test::data_dir())) states.emplace_back(c.name, c.make());
+  states.emplace_back("training layer 1", load_state(::gproj::test::data_dir() + "/real_s2_step5000_layer1.safetensors"));
   for (const auto& [name, s] : states) {
     const OracleRun oracle = run_oracle(s);
     FlashParams p = test::params_for(Variant::kGproj);

@@ -3,8 +3,10 @@
 # OpenBLAS) into .deps/debs, for the device tool's `carry`; scripts/device_check.sh unpacks them there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.deps/' .git/info/exclude 2>/dev/null || echo '/.deps/' >> .git/info/exclude
-grep -qx '/.gproj_commit' .git/info/exclude 2>/dev/null || echo '/.gproj_commit' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # the common one, also from a git worktree
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.deps/' "$exclude" 2>/dev/null || echo '/.deps/' >> "$exclude"
+grep -qx '/.gproj_commit' "$exclude" 2>/dev/null || echo '/.gproj_commit' >> "$exclude"
 mkdir -p .deps/debs
 cd .deps/debs
 apt-get download libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 \

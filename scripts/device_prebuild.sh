@@ -10,7 +10,9 @@
 # build dependencies, is needed only for a build on the machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.prebuilt/' .git/info/exclude 2>/dev/null || echo '/.prebuilt/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # the common one, also from a git worktree
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.prebuilt/' "$exclude" 2>/dev/null || echo '/.prebuilt/' >> "$exclude"
 commit=$(git describe --always --dirty --abbrev=12)
 export GPROJ_COMMIT=$commit
 t0=$SECONDS

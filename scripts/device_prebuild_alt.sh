@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 commit=$(git rev-parse --short=12 "$1^{commit}") || { echo "device_prebuild_alt: no commit $1" >&2; exit 2; }
 dir=${2:-.prebuilt_alt}
 case "$dir" in .prebuilt_alt*) ;; *) echo "device_prebuild_alt: DIR must start with .prebuilt_alt" >&2; exit 2 ;; esac
-grep -qx '/.prebuilt_alt\*/' .git/info/exclude 2>/dev/null || echo '/.prebuilt_alt*/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # the common one, also from a git worktree
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.prebuilt_alt\*/' "$exclude" 2>/dev/null || echo '/.prebuilt_alt*/' >> "$exclude"
 tree=build/alt-worktree
 t0=$SECONDS
 git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"

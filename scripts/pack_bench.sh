@@ -13,7 +13,9 @@ cd "$(dirname "$0")/.."
 ablate=${ABLATE:-0}
 [[ "$ablate" =~ ^([0-9]|1[0-5])$ ]] || { echo "pack_bench: ABLATE must be 0-15, got '$ablate'" >&2; exit 2; }
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "pack_bench: nvcc is needed" >&2; exit 2; }
-grep -qx '/.ab_\*/' .git/info/exclude 2>/dev/null || echo '/.ab_*/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # the common one, also from a git worktree
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.ab_\*/' "$exclude" 2>/dev/null || echo '/.ab_*/' >> "$exclude"
 for rev in "$@"; do
   commit=$(git rev-parse --verify --quiet "$rev^{commit}") || { echo "pack_bench: no commit $rev" >&2; exit 2; }
   name=${rev//\//_} short=$(git rev-parse --short=12 "$commit")

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     if (idx >= total) continue;
     const int i = static_cast<int>(idx % p.Nq), h = static_cast<int>((idx / p.Nq) % p.H);
     const int b = static_cast<int>(idx / (static_cast<int64_t>(p.Nq) * p.H));
-    const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.s0 + static_cast<int64_t>(i) * p.o.s1 + h * p.o.s2;
+    const auto* o =
+        static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.s0 + static_cast<int64_t>(i) * p.o.s1 + h * p.o.s2;
     const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + b * p.dout.s0 +
                     static_cast<int64_t>(i) * p.dout.s1 + h * p.dout.s2;
     const uint4 vo = reinterpret_cast<const uint4*>(o)[c], vd = reinterpret_cast<const uint4*>(d)[c];

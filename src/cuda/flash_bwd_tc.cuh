@@ -323,7 +323,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) flash_bwd_tc_kernel(const Kern
     };
     store_p_ds<BK, stats>(s, dp, in, sP, sdS, r0 + g, 0, tq, sums, mark);
     if (kThresh && __any_sync(0xffffffffu, hit)) {
-      if (hit) append_large_entries({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP, bh, r0 + g, row_a, j0, tq);
+      if (hit)
+        append_large_entries({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP, bh, r0 + g, row_a, j0,
+                             tq);
     }
     if (kThresh) {
       reduce_row_stats(sums);  // s_i, r_i go into the pku record with P (K U) below

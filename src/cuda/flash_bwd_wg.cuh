@@ -53,7 +53,8 @@ constexpr size_t bwd_wg_smem_bytes() {
 // E the m64n16 accumulator of eps^T (Q U_q) (columns 0-7; lane (g, t) holds columns 2 t, 2 t + 1 of block 0),
 // added to the m64n64 dK accumulators [D / 64][32] before they are stored.
 template <int D>
-__device__ __forceinline__ void dk_compensate(const float* u_q, const float (&e)[8], float (&dk)[D / 64][32], int lane) {
+__device__ __forceinline__ void dk_compensate(const float* u_q, const float (&e)[8], float (&dk)[D / 64][32],
+                                              int lane) {
   const int tq = lane & 3;
   float ea[kLowRank], eb[kLowRank];
 #pragma unroll
@@ -311,7 +312,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
-        const uint64_t ka = wg_desc_kmajor(kw(kb) + kin * 16), ub = wg_desc_kmajor(sUT + kb * kWgStatCols * 64 + kin * 16);
+        const uint64_t ka = wg_desc_kmajor(kw(kb) + kin * 16),
+                       ub = wg_desc_kmajor(sUT + kb * kWgStatCols * 64 + kin * 16);
         if (kb + kin == 0) {
           wgmma_ss_n16_first(kuacc, ka, ub);
         } else {
@@ -331,7 +333,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         v[e] = c < kTailRank ? __bfloat162float(__float2bfloat16_rn(kuacc[2 * half + e])) : 0.0f;
         if (c < kTailRank) sUp[wg * kWgStatCols * 64 + sw128_offset(c, kl, kWgStatCols)] = __float2bfloat16_rn(v[e]);
       }
-      if (j < p.Nk) store_bf16_vec<2>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank + 2 * tq, v);
+      if (j < p.Nk)
+        store_bf16_vec<2>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank + 2 * tq, v);
     }
     fence_async_smem();  // sUp, read by this warpgroup's statistics product after its next barrier
   }
@@ -612,7 +615,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const int col = nb * 64 + n * 8 + 2 * tq;
-        if constexpr (kVecDq) {  // even tq: row_a, columns 2 tq .. 2 tq + 3; odd tq: row_b, columns 2 tq - 2 .. 2 tq + 1
+        // kVecDq: even tq adds row_a, columns 2 tq .. 2 tq + 3; odd tq row_b, columns 2 tq - 2 .. 2 tq + 1.
+        if constexpr (kVecDq) {
           const bool even = (tq & 1) == 0;
           const float s0 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 2] : dqa[4 * n], 1);
           const float s1 = __shfl_xor_sync(0xffffffffu, even ? dqa[4 * n + 3] : dqa[4 * n + 1], 1);

@@ -108,8 +108,8 @@ __device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pf)[4][4
 // of rows row_a and row_a + 8 from accumulators in the m16n8 C layout (acc[n][e]: column 8 n + 2 t + e % 2), and
 // LSE = m + log(l); empty rows give O = 0 and LSE = -inf. Shared by the mma.sync and wgmma forwards.
 template <int D>
-__device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h, int row_a, int tq, float m_a, float m_b,
-                                            float l_a, float l_b, const float (&acc)[D / 8][4]) {
+__device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h, int row_a, int tq, float m_a,
+                                            float m_b, float l_a, float l_b, const float (&acc)[D / 8][4]) {
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
     l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(kWarps * 32, D == 64 ? 2 : 1) flash_fwd_tc_ker
     __syncthreads();
     if (jb == 0) {
 #pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) ldsm_x4(qf[kc], smem_u32(sQ + swz<D>(r0 + (lane & 15), kc * 2 + (lane >> 4))));
+      for (int kc = 0; kc < D / 16; ++kc)
+        ldsm_x4(qf[kc], smem_u32(sQ + swz<D>(r0 + (lane & 15), kc * 2 + (lane >> 4))));
     }
     const bf16_t* kt = sK + buf * BK * D;
     const bf16_t* vt = sV + buf * BK * D;

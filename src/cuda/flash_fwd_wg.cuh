@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-        for (int r = 0; r < BQ; r += 64) tma_load_4d(sQ + nb * BQ * 64 + r * 64, &maps.q, nb * 64, h, i0 + r, b, q_full);
+        for (int r = 0; r < BQ; r += 64)
+          tma_load_4d(sQ + nb * BQ * 64 + r * 64, &maps.q, nb * 64, h, i0 + r, b, q_full);
       for (int jb = 0; jb < min(2, nblocks); ++jb) tma_kv(jb);
     }
   } else {

@@ -32,8 +32,12 @@ Status fail(ErrorCode code, const std::string& m) { return Status{false, code, m
 
 Status check_problem(const Problem& p) {
   if (p.B < 1 || p.Nq < 1 || p.Nk < 1 || p.H < 1 || p.Hkv < 1) return fail(ErrorCode::kShape, "extents must be >= 1");
-  if (p.H % p.Hkv != 0) return fail(ErrorCode::kShape, "H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
-  if (p.D != 64 && p.D != 128) return fail(ErrorCode::kUnsupported, "unsupported head dim D = " + std::to_string(p.D) + " (CUDA supports 64, 128)");
+  if (p.H % p.Hkv != 0)
+    return fail(ErrorCode::kShape,
+                "H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
+  if (p.D != 64 && p.D != 128)
+    return fail(ErrorCode::kUnsupported,
+                "unsupported head dim D = " + std::to_string(p.D) + " (CUDA supports 64, 128)");
   if (!(p.softmax_scale > 0.0f)) return fail(ErrorCode::kInvalidArgument, "softmax_scale must be > 0");
   if (!(p.params.fwdfix_max_shift > 0.0f)) {
     return fail(ErrorCode::kInvalidArgument, "fwdfix_max_shift must be > 0 (inf: the published, uncapped rule)");
@@ -46,19 +50,23 @@ Status check_problem(const Problem& p) {
   if (proj == Projection::kThreshLowRank) {
     if (p.params.lowrank_rank != detail::kTailRank) {
       return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes rank " + std::to_string(detail::kTailRank) +
-                                               " (lowrank_rank, the default), got " + std::to_string(p.params.lowrank_rank));
+                                               " (lowrank_rank, the default), got " +
+                                               std::to_string(p.params.lowrank_rank));
     }
     if (p.params.thresh_k < 1 || p.params.thresh_k > 32) {
       return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= thresh_k <= 32 (threshold 1/k), got " +
                                                std::to_string(p.params.thresh_k));
     }
     if (p.params.deterministic) {
-      return fail(ErrorCode::kUnsupported, "deterministic mode implements the pweighted projection only (thresh-lowrank, the default, adds its dK "
-                                           "corrections with atomics): choose projection pweighted");
+      return fail(
+          ErrorCode::kUnsupported,
+          "deterministic mode implements the pweighted projection only (thresh-lowrank, the default, adds its dK "
+          "corrections with atomics): choose projection pweighted");
     }
   }
   const int64_t big = int64_t{1} << 31;
-  if (p.B * p.H * p.Nq * p.D >= big || p.B * p.H * p.Nk * p.D >= big) return fail(ErrorCode::kUnsupported, "problem too large for int32 indexing");
+  if (p.B * p.H * p.Nq * p.D >= big || p.B * p.H * p.Nk * p.D >= big)
+    return fail(ErrorCode::kUnsupported, "problem too large for int32 indexing");
   return {};
 }
 
@@ -97,7 +105,8 @@ KernelParams base_params(const Problem& p) {
 template <class Kernel, class... Args>
 Status launch_args(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream, const char* what,
                    const Args&... args) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
+      cudaSuccess) {
     return last_error(what);
   }
   kernel<<<grid, threads, smem, stream>>>(args...);
@@ -169,8 +178,10 @@ Status forward_d(const KernelParams& k, cudaStream_t stream) {
 template <int D, bool kTie>
 Status forward_wg(const KernelParams& k, int version, const detail::TmaMaps& maps, cudaStream_t stream) {
   const dim3 grid((k.Nq + detail::kWgRows - 1) / detail::kWgRows, k.H, k.B);
-  const auto kernel = version == 2 ? detail::flash_fwd_wg_kernel<D, kTie, true> : detail::flash_fwd_wg_kernel<D, kTie, false>;
-  return launch_args(kernel, grid, detail::kWgThreads, detail::fwd_wg_smem_bytes<D>(), stream, "forward (wgmma)", k, maps);
+  const auto kernel =
+      version == 2 ? detail::flash_fwd_wg_kernel<D, kTie, true> : detail::flash_fwd_wg_kernel<D, kTie, false>;
+  return launch_args(kernel, grid, detail::kWgThreads, detail::fwd_wg_smem_bytes<D>(), stream, "forward (wgmma)", k,
+                     maps);
 }
 
 // wgmma: 0 = the v1 kernel, 1 = v2.1, 2 = v2.2 (TMA, `maps`); rows that are not 16-byte aligned and the fp32
@@ -250,8 +261,9 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    return fail(ErrorCode::kUnsupported, std::string("TMA descriptor of ") + name + " rejected by the driver (CUresult " +
-                                             std::to_string(static_cast<int>(r)) + "); its strides must be multiples of 16 bytes");
+    return fail(ErrorCode::kUnsupported,
+                std::string("TMA descriptor of ") + name + " rejected by the driver (CUresult " +
+                    std::to_string(static_cast<int>(r)) + "); its strides must be multiples of 16 bytes");
   }
   return {};
 }
@@ -267,8 +279,9 @@ Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 gr
 // v3.1's TMA descriptors of q, do, k, v (before any kernel runs, so that auto mode can fall back to v1).
 Status bwd_tma_maps(detail::TmaMaps* maps, const Problem& p, const DeviceTensor& q, const DeviceTensor& k,
                     const DeviceTensor& v, const DeviceTensor& dout) {
-  for (Status s : {tensor_map(&maps->q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps->dout, dout, p.B, p.Nq, p.H, p.D, "do"),
-                   tensor_map(&maps->k, k, p.B, p.Nk, p.Hkv, p.D, "k"), tensor_map(&maps->v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
+  for (Status s :
+       {tensor_map(&maps->q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps->dout, dout, p.B, p.Nq, p.H, p.D, "do"),
+        tensor_map(&maps->k, k, p.B, p.Nk, p.Hkv, p.D, "k"), tensor_map(&maps->v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
     if (!s.ok) return s;
   }
   return {};
@@ -370,8 +383,8 @@ template <int D, bool kQ>
 Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project = true) {
   const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
   const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
-  Status s = launch(detail::gram_kernel<D, kQ>, dim3(detail::gram_chunks(rows), heads, k.B),
-                    0, stream, k, kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
+  Status s = launch(detail::gram_kernel<D, kQ>, dim3(detail::gram_chunks(rows), heads, k.B), 0, stream, k,
+                    kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
   if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
                        kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);
   if (s.ok && project) {
@@ -504,8 +517,10 @@ DeviceInfo device_info() {
     info.compute_capability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
   }
   int v = 0;
-  if (cudaDriverGetVersion(&v) == cudaSuccess) info.driver_version = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-  if (cudaRuntimeGetVersion(&v) == cudaSuccess) info.runtime_version = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  if (cudaDriverGetVersion(&v) == cudaSuccess)
+    info.driver_version = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess)
+    info.runtime_version = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
   return info;
 }
 
@@ -519,7 +534,8 @@ std::string backward_kernel_name(const FlashParams& params, bool tc, int wg_vers
   else if (wg_version == 3) name = "backward v3.2 (wgmma, TMA, dQ columns split)";
   else if (wg_version == 2) name = "backward v3.1 (wgmma, TMA)";
   else if (wg_version == 1) name = "backward v3.0 (wgmma)";
-  else if (params.variant != Variant::kFp32 && tc) name = params.cuda_backward_warps == 8 ? "backward v1 wide (mma.sync)" : "backward v1 (mma.sync)";
+  else if (params.variant != Variant::kFp32 && tc)
+    name = params.cuda_backward_warps == 8 ? "backward v1 wide (mma.sync)" : "backward v1 (mma.sync)";
   else name = "backward v0 (FP32 CUDA cores)";
   if (params.variant == Variant::kGproj) name += std::string(", ") + projection_name(params.projection);
   if (dk_comp) name += ", dK compensation";
@@ -533,7 +549,8 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
                const DeviceTensor& o, const DeviceTensor& lse, const DeviceTensor& o_fp32, void* stream) {
   for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v)})
     if (!s.ok) return s;
-  if (o.data == nullptr || lse.data == nullptr) return fail(ErrorCode::kInvalidArgument, "o and lse outputs are required");
+  if (o.data == nullptr || lse.data == nullptr)
+    return fail(ErrorCode::kInvalidArgument, "o and lse outputs are required");
   KernelParams kp = base_params(p);
   kp.q = strided(q);
   kp.k = strided(k);
@@ -552,8 +569,9 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   if (auto_forward) wgmma = 2;  // v2.2 where it applies (forward_variant takes v1 for fp32 and unaligned rows)
   detail::TmaMaps maps{};
   if (wgmma == 2 && tc && p.params.variant != Variant::kFp32) {
-    for (Status s : {tensor_map(&maps.q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps.k, k, p.B, p.Nk, p.Hkv, p.D, "k"),
-                     tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
+    for (Status s :
+         {tensor_map(&maps.q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps.k, k, p.B, p.Nk, p.Hkv, p.D, "k"),
+          tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
       if (s.ok) continue;
       if (!auto_forward) return s;
       wgmma = 0;  // the driver refused a descriptor (e.g. zero strides): auto mode takes v1
@@ -678,12 +696,14 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   *kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
-      return fail(ErrorCode::kInvalidArgument, std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
+      return fail(ErrorCode::kInvalidArgument,
+                  std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
     }
   }
   if (thresh && !tc) {
-    return fail(ErrorCode::kUnsupported, "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of "
-                                         "q, k, v, do; the reference kernels for other rows implement projection pweighted");
+    return fail(ErrorCode::kUnsupported,
+                "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of "
+                "q, k, v, do; the reference kernels for other rows implement projection pweighted");
   }
   // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the memsets and the delta preprocess:
   // they read only q or k and write regions nothing else uses before the join (the Gram partials are stored
@@ -724,7 +744,8 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   const bool det = p.params.deterministic;
   // The postprocess kernels take 4 elements per thread.
   const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;
-  const auto qgrid = static_cast<unsigned>((nq + kPost - 1) / kPost), kgrid = static_cast<unsigned>((nk + kPost - 1) / kPost);
+  const auto qgrid = static_cast<unsigned>((nq + kPost - 1) / kPost),
+             kgrid = static_cast<unsigned>((nk + kPost - 1) / kPost);
   if (thresh) {
     const detail::TmaMaps* v31 = wg_version >= 2 ? &maps : nullptr;
     Status s = joins.join();

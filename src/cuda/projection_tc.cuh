@@ -402,7 +402,8 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   const int sub = lane % kLanes;
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const int d0 = sub * kV;
-  const float s = __shfl_sync(0xffffffffu, x.rec, kStatS, kLanes), rsum = __shfl_sync(0xffffffffu, x.rec, kStatR, kLanes);
+  const float s = __shfl_sync(0xffffffffu, x.rec, kStatS, kLanes),
+              rsum = __shfl_sync(0xffffffffu, x.rec, kStatR, kLanes);
   const float c = s > 0.0f ? rsum / s : 0.0f;
   const int cnt = valid ? x.cnt : 0;
   // The loops' bound: the row's count, or the larger of the two rows' (warp-uniform either way).

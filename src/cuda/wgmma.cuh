@@ -123,7 +123,8 @@ __device__ inline void wgmma_ss_n16_first(float (&d)[8], uint64_t da, uint64_t d
 // d (64 x 16) += A B with A from registers (as wgmma_rs_n64) and B K-major in shared memory.
 __device__ inline void wgmma_rs_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t db) {
   asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 1, 1, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, "
+      "{%8,%9,%10,%11}, %12, 1, 1, 1, 0;\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }

@@ -7,7 +7,12 @@
 #   ONLY     the variants (default "baseline gproj"), ROUNDS (default 2: the builds in turn, then again)
 #   NCU=1    also each build's per-kernel times of one backward without ncu's cache flush or clock lock, for the
 #            variants in NCU_ONLY (default gproj), each shape and each input kind
-# Output: $OUT/ab.txt (rows tagged with inputs, round and commit) and, with NCU=1, $OUT/ab_ncu.txt.
+#   NCU_LIMITS=1  also, for the same variants, shapes and inputs, one ncu report per build of the timed launch of
+#            the kernel matching NCU_KERNEL (default flash_bwd_wg, the backward main kernel): issue, pipes, shared
+#            memory, L2 and atomic throughput and the stall reasons, side by side (bench/ncu_limits.py)
+#   ROUNDS=0 skips the bench rows (ncu only)
+# Output: $OUT/ab.txt (rows tagged with inputs, round and commit), with NCU=1 $OUT/ab_ncu.txt, with NCU_LIMITS=1
+# $OUT/ab_limits.txt and the reports in $OUT/limits/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out="${OUT:-/tmp/gproj-out}"
@@ -64,4 +69,32 @@ if [ "${NCU:-0}" = 1 ]; then
       done
     done
   done | tee "$out/ab_ncu.txt"
+fi
+
+if [ "${NCU_LIMITS:-0}" = 1 ]; then
+  mkdir -p "$out/limits"
+  metrics='regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,smsp__inst_executed.sum'
+  metrics+=',regex:^sm__pipe_(tensor|alu)_cycles_active\.avg\.pct_of_peak_sustained_(active|elapsed)$'
+  metrics+=',regex:^smsp__issue_active\.avg\.pct_of_peak_sustained_active$'
+  metrics+=',regex:^l1tex__data_pipe_lsu_wavefronts(_mem_shared)?\.(sum|avg\.pct_of_peak_sustained_elapsed)$'
+  metrics+=',regex:^lts__t_(requests|sectors)_op_red\.sum$'
+  for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
+    for kind in ${INPUTS:-gaussian}; do
+      args=$(input_args "$kind") || exit 2
+      reports=()
+      for v in ${NCU_ONLY:-gproj}; do
+        for i in "${!bins[@]}"; do
+          csv="$out/limits/${v}_${shape//:/_}_${kind}_${commits[$i]}.csv"
+          # The second launch is the timed call (the bench runs each phase twice).
+          # shellcheck disable=SC2086
+          timeout 150 ncu --cache-control none --clock-control none -k "regex:${NCU_KERNEL:-flash_bwd_wg}" \
+            --launch-skip 1 --launch-count 1 --section SpeedOfLight --metrics "$metrics" --csv --page raw \
+            "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 1 >"$csv" 2>"${csv%.csv}.err"
+          echo "== $v $shape $kind ${commits[$i]} (ncu limits): rc=$?"
+          reports+=("$csv")
+        done
+      done
+      python3 bench/ncu_limits.py "${reports[@]}"
+    done
+  done | tee "$out/ab_limits.txt"
 fi

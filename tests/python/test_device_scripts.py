@@ -30,7 +30,8 @@ def run_ab(tmp_path, benches, env_extra=None):
     (tree / "bench").mkdir()
     for name in ("device_bench_ab.sh", "device_env.sh"):
         shutil.copy(ROOT / "scripts" / name, tree / "scripts" / name)
-    shutil.copy(ROOT / "bench" / "ncu_times.py", tree / "bench" / "ncu_times.py")
+    for name in ("ncu_times.py", "ncu_limits.py"):
+        shutil.copy(ROOT / "bench" / name, tree / "bench" / name)
     env = dict(os.environ, BENCHES=benches, OUT=str(tmp_path / "out"), GPROJ_COMMIT="test", **(env_extra or {}))
     return subprocess.run(["bash", str(tree / "scripts" / "device_bench_ab.sh")], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -132,6 +133,43 @@ def test_bench_ab_ncu_runs_each_input_kind(tmp_path):
     heads = [line for line in (tmp_path / "out" / "ab_ncu.txt").read_text().splitlines() if line.startswith("==")]
     assert heads == [f"== gproj 64:1024:1 gaussian {tag} (ncu, warm caches): rc=0",
                      f"== gproj 64:1024:1 q4 {tag} (ncu, warm caches): rc=0"]
+
+
+def test_bench_ab_ncu_limits_profiles_the_timed_launch_of_each_build(tmp_path):
+    # A fake ncu logs its arguments and prints a raw-page report whose time is the build's position; ROUNDS=0 runs
+    # no bench rows. One report per build, the second launch of the main kernel, and one table of both.
+    tag = f"test-{os.getpid()}-{tmp_path.name}"
+    fake_bench_dir(tmp_path, "a", f"{tag}-a")
+    fake_bench_dir(tmp_path, "b", f"{tag}-b")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "ncu_args.log"
+    (bindir / "ncu").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        'n=$(wc -l < ' + str(log) + ')\n'
+        'echo \'"ID","Kernel Name","gpu__time_duration.sum"\'\n'
+        'echo \'"","","ns"\'\n'
+        'echo "\\"0\\",\\"k\\",\\"${n}000\\""\n')
+    (bindir / "ncu").chmod(0o755)
+    env_extra = {"SHAPES": "128:4096:0", "ONLY": "gproj", "ROUNDS": "0", "NCU_LIMITS": "1",
+                 "PATH": f"{bindir}:{os.environ['PATH']}"}
+    try:
+        r = run_ab(tmp_path, "a b", env_extra)
+    finally:
+        for c in ("a", "b"):
+            shutil.rmtree(Path("/tmp/ab_bench") / f"{tag}-{c}", ignore_errors=True)
+    assert r.returncode == 0, r.stderr
+    runs = log.read_text().splitlines()
+    assert len(runs) == 2
+    assert all("-k regex:flash_bwd_wg --launch-skip 1 --launch-count 1" in a and "--only gproj" in a for a in runs)
+    text = (tmp_path / "out" / "ab_limits.txt").read_text().splitlines()
+    assert [line for line in text if line.startswith("==")] == [
+        f"== gproj 128:4096:0 gaussian {tag}-a (ncu limits): rc=0",
+        f"== gproj 128:4096:0 gaussian {tag}-b (ncu limits): rc=0"]
+    assert text[-1].split() == ["time", "(us)", "1.00", "2.00"]
+    ab_rows = [line for line in (tmp_path / "out" / "ab.txt").read_text().splitlines() if not line.startswith("#")]
+    assert ab_rows == []
 
 
 def test_bench_ab_refuses_an_unknown_input_kind(tmp_path):

@@ -1,6 +1,6 @@
-# The kernel-reading tools: bench/ncu_stall_top.py and bench/ncu_times.py, the readers of the GPU machine's ncu
-# output (the stall summary of a source-page CSV, the per-kernel times and the baseline/gproj table of a times
-# CSV), and bench/sass_count.py (static opcode counts of a cuobjdump listing), on small files whose answers are
+# The kernel-reading tools: bench/ncu_stall_top.py, bench/ncu_times.py and bench/ncu_limits.py, the readers of the
+# GPU machine's ncu output (the stall summary of a source-page CSV, the per-kernel times and the baseline/gproj
+# table of a times CSV, the limits table of raw-page reports), and bench/sass_count.py (static opcode counts of a cuobjdump listing), on small files whose answers are
 # known, and their refusals. Part of scripts/python_test.sh.
 import importlib.util
 from pathlib import Path
@@ -146,3 +146,46 @@ def test_timed_calls_of_phases_run_twice_each(tmp_path):
 ])
 def test_doubled_blocks(names, blocks):
     assert load("ncu_times").doubled_blocks(names) == blocks
+
+
+def write_raw_report(path, time_ns, red_requests, stall_gmma=None):
+    """An `ncu --csv --page raw` report of one launch: header, units, one row (thousands separators as ncu)."""
+    names = ["ID", "Kernel Name", "gpu__time_duration.sum", "smsp__inst_executed.sum", "lts__t_requests_op_red.sum",
+             "lts__d_atomic_input_cycles_active.avg.pct_of_peak_sustained_elapsed"]
+    units = ["", "", "ns", "inst", "request", "%"]
+    values = ["0", "void k(Params)", f"{time_ns:,}", "1,012,177,127", f"{red_requests:,}", "23.58"]
+    if stall_gmma is not None:
+        names.append("smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio")
+        units.append("")
+        values.append(str(stall_gmma))
+    rows = [names, units, values]
+    path.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n")
+
+
+def test_ncu_limits_tabulates_reports_side_by_side(tmp_path, capsys):
+    nl = load("ncu_limits")
+    write_raw_report(tmp_path / "baseline.csv", 3547136, 201326592, stall_gmma=0.27)
+    write_raw_report(tmp_path / "gproj.csv", 3752400, 207618048)
+    assert nl.main([str(tmp_path / "baseline.csv"), str(tmp_path / "gproj.csv")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["baseline", "gproj"]
+    w = len(out[0]) - len(out[0].lstrip())  # the label column, as wide as the longest label plus two
+    rows = {line[:w].strip(): line[w:].split() for line in out[1:]}
+    assert rows["time (us)"] == ["3547.14", "3752.40"]  # ns -> µs
+    assert rows["instructions (M)"] == ["1012.2", "1012.2"]
+    assert rows["L2 red requests (M)"] == ["201.3", "207.6"]
+    assert rows["L2 atomic unit %"] == ["23.58", "23.58"]
+    assert rows["stall gmma"] == ["0.27", "-"]  # a metric one report lacks
+    assert "tensor pipe %" not in rows  # rows no report has are left out
+
+
+def test_ncu_limits_names_a_report_without_a_kernel_row(tmp_path, capsys):
+    nl = load("ncu_limits")
+    write_raw_report(tmp_path / "ok.csv", 1000, 8)
+    (tmp_path / "failed.csv").write_text("==ERROR== the application returned an error\n")
+    assert nl.main([str(tmp_path / "failed.csv"), str(tmp_path / "ok.csv")]) == 0
+    captured = capsys.readouterr()
+    assert "failed.csv: no kernel row" in captured.err
+    assert captured.out.splitlines()[0].split() == ["ok"]
+    assert nl.main([str(tmp_path / "failed.csv"), str(tmp_path / "missing.csv")]) == 1
+

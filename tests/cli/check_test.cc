@@ -11,7 +11,7 @@
 
 #include "cli/check.h"
 #include "gproj/error.h"
-#include "test_util.h"
+#include "gproj/stress.h"
 
 namespace gproj::cli {
 namespace {
@@ -40,7 +40,7 @@ TEST(Check, StressSuiteShowsTheBiasAndTheFix) {
   CheckOptions o;
   o.suite = "stress";
   o.variants = "baseline,gproj";
-  o.data_dir = ::gproj::test::data_dir();
+  o.data_dir = ::gproj::default_data_dir();
   o.json_path = (dir / "report.json").string();
   o.markdown_path = (dir / "report.md").string();
   o.fail_above = "gproj:dq=0.005,gproj:dk=0.005";
@@ -71,7 +71,7 @@ TEST(Check, JsonRecordsProvenance) {
   CheckOptions o;
   o.suite = "stress";
   o.cases = {"masked-rows"};
-  o.data_dir = ::gproj::test::data_dir();
+  o.data_dir = ::gproj::default_data_dir();
   o.json_path = (dir / "r.json").string();
   o.quiet = true;
   std::FILE* sink = std::tmpfile();
@@ -99,7 +99,7 @@ TEST(Check, JsonRecordsProvenance) {
 
 TEST(Check, ExitCodesOfTheBinary) {
   const fs::path dir = temp_dir();
-  const std::string data = std::string(" --data-dir ") + ::gproj::test::data_dir();
+  const std::string data = std::string(" --data-dir ") + ::gproj::default_data_dir();
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants baseline --fail-above dq=0.01 --quiet" + data), 1);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants fast --quiet" + data), 2);
@@ -126,7 +126,7 @@ TEST(Check, DeviceAllRunsTheCpuWhenCudaIsAbsent) {
   o.cases = {"masked-rows"};
   o.variants = "gproj";
   o.device = "all";
-  o.data_dir = ::gproj::test::data_dir();
+  o.data_dir = ::gproj::default_data_dir();
   o.quiet = true;
   std::FILE* sink = std::tmpfile();
   EXPECT_EQ(run_check(o, sink), 0);

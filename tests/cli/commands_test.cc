@@ -10,7 +10,6 @@
 #include "gproj/evaluate.h"
 #include "gproj/safetensors.h"
 #include "gproj/stress.h"
-#include "test_util.h"
 
 namespace gproj::cli {
 namespace {
@@ -27,7 +26,7 @@ TEST(Run, WritesTheVariantsOutputsExactly) {
   const fs::path dir = fs::temp_directory_path() / ("gproj_run_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   RunOptions o;
-  o.state = ::gproj::test::data_dir() + "/real_step1000_layer4.safetensors";
+  o.state = ::gproj::default_data_dir() + "/real_step1000_layer4.safetensors";
   o.variant = "baseline";
   o.out = (dir / "out.safetensors").string();
   std::FILE* sink = std::tmpfile();
@@ -60,10 +59,10 @@ TEST(Run, WritesTheVariantsOutputsExactly) {
 TEST(Stress, WriteRoundTripsEveryCase) {
   const fs::path dir = fs::temp_directory_path() / ("gproj_stress_test_" + std::to_string(::getpid()));
   std::FILE* sink = std::tmpfile();
-  ASSERT_EQ(write_stress(dir.string(), ::gproj::test::data_dir(), sink), 0);
-  ASSERT_EQ(list_stress(::gproj::test::data_dir(), sink), 0);
+  ASSERT_EQ(write_stress(dir.string(), ::gproj::default_data_dir(), sink), 0);
+  ASSERT_EQ(list_stress(::gproj::default_data_dir(), sink), 0);
   std::fclose(sink);
-  for (const StressCase& c : stress_suite(::gproj::test::data_dir())) {
+  for (const StressCase& c : stress_suite(::gproj::default_data_dir())) {
     const AttentionState want = c.make();
     const AttentionState got = load_state((dir / (c.name + ".safetensors")).string());
     EXPECT_EQ(got.causal, want.causal) << c.name;

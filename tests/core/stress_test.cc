@@ -6,13 +6,12 @@
 
 #include "gproj/error.h"
 #include "gproj/stress.h"
-#include "test_util.h"
 
 namespace gproj {
 namespace {
 
 TEST(StressSuite, NamesAreUniqueAndCasesDeterministic) {
-  const std::vector<StressCase> all = stress_suite(::gproj::test::data_dir());
+  const std::vector<StressCase> all = stress_suite(::gproj::default_data_dir());
   std::set<std::string> names;
   for (const StressCase& c : all) {
     EXPECT_TRUE(names.insert(c.name).second) << c.name;
@@ -28,7 +27,7 @@ TEST(StressSuite, NamesAreUniqueAndCasesDeterministic) {
 }
 
 TEST(StressSuite, RealGroupComesFromTestData) {
-  const std::vector<StressCase> real = stress_suite(::gproj::test::data_dir(), {"real"});
+  const std::vector<StressCase> real = stress_suite(::gproj::default_data_dir(), {"real"});
   ASSERT_EQ(real.size(), 2u);
   EXPECT_EQ(real[0].group, "real");
   EXPECT_TRUE(real[0].make().causal);
@@ -38,7 +37,7 @@ TEST(StressSuite, RealGroupComesFromTestData) {
 TEST(StressSuite, TiesAreExactInTheTieCases) {
   // The tie cases rely on bit-identical keys 0..3 in every kv head.
   for (const char* name : {"sink-ties-positive", "sink-ties-large", "ties-negative"}) {
-    const AttentionState s = stress_suite(::gproj::test::data_dir(), {name}).at(0).make();
+    const AttentionState s = stress_suite(::gproj::default_data_dir(), {name}).at(0).make();
     for (int64_t h = 0; h < s.k.shape[2]; ++h)
       for (int64_t j = 1; j < 4; ++j)
         for (int64_t e = 0; e < s.k.shape[3]; ++e) ASSERT_EQ(s.k.at(0, j, h, e).bits, s.k.at(0, 0, h, e).bits) << name;
@@ -47,7 +46,7 @@ TEST(StressSuite, TiesAreExactInTheTieCases) {
 
 TEST(StressSuite, UnknownNameIsAnError) {
   try {
-    stress_suite(::gproj::test::data_dir(), {"shared-keyz"});
+    stress_suite(::gproj::default_data_dir(), {"shared-keyz"});
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);

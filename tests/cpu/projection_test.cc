@@ -13,7 +13,6 @@
 #include "gproj/error.h"
 #include "gproj/stress.h"
 #include "gproj/synthetic.h"
-#include "test_util.h"
 
 namespace gproj {
 namespace {
@@ -92,8 +91,8 @@ TEST(Projection, DefaultIsThreshLowRank) {
 // plain top-k leaves 0.78%) and on a captured state.
 TEST(Projection, CheapFormsTrackFullPWeighting) {
   std::vector<AttentionState> states;
-  states.push_back(stress_suite(::gproj::test::data_dir(), {"sink-ties-positive"}).at(0).make());
-  states.push_back(load_state(::gproj::test::data_dir() + "/real_step5000_layer3.safetensors"));
+  states.push_back(stress_suite(::gproj::default_data_dir(), {"sink-ties-positive"}).at(0).make());
+  states.push_back(load_state(::gproj::default_data_dir() + "/real_step5000_layer3.safetensors"));
   for (const AttentionState& s : states) {
     const OracleRun oracle = run_oracle(s);
     const VariantRun full = run_variant(s, test::params_for(Variant::kGproj, Projection::kPWeighted), oracle);
@@ -139,8 +138,8 @@ TEST(Projection, EveryCandidateRunsByNameWithinTolerancesOnRandomInputs) {
 // large component (0.41% dK without it) under the 0.3% bar of the captured states.
 TEST(Projection, DkCompensationRemovesTheQueriesSharedComponentFromDk) {
   std::vector<std::pair<std::string, AttentionState>> states;
-  for (const StressCase& c : stress_suite(::gproj::test::data_dir())) states.emplace_back(c.name, c.make());
-  states.emplace_back("training layer 1", load_state(::gproj::test::data_dir() + "/real_s2_step5000_layer1.safetensors"));
+  for (const StressCase& c : stress_suite(::gproj::default_data_dir())) states.emplace_back(c.name, c.make());
+  states.emplace_back("training layer 1", load_state(::gproj::default_data_dir() + "/real_s2_step5000_layer1.safetensors"));
   for (const auto& [name, s] : states) {
     const OracleRun oracle = run_oracle(s);
     FlashParams p = test::params_for(Variant::kGproj);

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/test_support.h"
-#include "test_util.h"
+#include "gproj/stress.h"
 
 namespace gproj {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 class RealState : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RealState, GprojReachesTheBf16Floor) {
-  const std::string path = ::gproj::test::data_dir() + "/" + GetParam();
+  const std::string path = ::gproj::default_data_dir() + "/" + GetParam();
   const AttentionState s = load_state(path);
   ASSERT_TRUE(s.causal);
   const OracleRun oracle = run_oracle(s);

@@ -13,7 +13,6 @@
 #include "gproj/error.h"
 #include "gproj/stress.h"
 #include "gproj/synthetic.h"
-#include "test_util.h"
 
 namespace gproj {
 namespace {
@@ -165,7 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Awkward, CudaSweep, ::testing::ValuesIn(test::awkward_c
 
 TEST(Cuda, StressSuiteBars) {
   GPROJ_REQUIRE_GPU();
-  for (const StressCase& c : stress_suite(::gproj::test::data_dir())) {
+  for (const StressCase& c : stress_suite(::gproj::default_data_dir())) {
     const AttentionState s = c.make();
     const OracleRun oracle = run_oracle(s);
     const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle, Device::kCuda);
@@ -220,11 +219,11 @@ TEST_P(CudaSweep, DkCompensationMatchesOracleAndCpu) {
 TEST(Cuda, DkCompensationAsAccurateAsTheCpu) {
   GPROJ_REQUIRE_GPU();
   std::vector<std::pair<std::string, AttentionState>> states;
-  for (const StressCase& c : stress_suite(::gproj::test::data_dir())) {
+  for (const StressCase& c : stress_suite(::gproj::default_data_dir())) {
     AttentionState s = c.make();
     if (s.q.shape[3] == 64) states.emplace_back(c.name, std::move(s));
   }
-  states.emplace_back("training layer 1", load_state(::gproj::test::data_dir() + "/real_s2_step5000_layer1.safetensors"));
+  states.emplace_back("training layer 1", load_state(::gproj::default_data_dir() + "/real_s2_step5000_layer1.safetensors"));
   for (const auto& [name, s] : states) {
     const OracleRun oracle = run_oracle(s);
     FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
@@ -251,7 +250,7 @@ TEST(Cuda, DkCompensationAsAccurateAsTheCpu) {
 // 6.1e-4 / 6.4e-4, while both sides stay within 0.01 percentage points of each other against float64.
 TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
   GPROJ_REQUIRE_GPU();
-  for (const StressCase& c : stress_suite(::gproj::test::data_dir())) {
+  for (const StressCase& c : stress_suite(::gproj::default_data_dir())) {
     const AttentionState s = c.make();
     const OracleRun oracle = run_oracle(s);
     FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
@@ -333,7 +332,7 @@ TEST(Cuda, ThreshLowRankWithManyKeysUsesEveryGramChunk) {
 // above ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu.
 TEST(Cuda, StressSuiteForwardsAsAccurateAsTheCpu) {
   GPROJ_REQUIRE_GPU();
-  for (const StressCase& c : stress_suite(::gproj::test::data_dir())) {
+  for (const StressCase& c : stress_suite(::gproj::default_data_dir())) {
     const AttentionState s = c.make();
     const OracleRun oracle = run_oracle(s);
     const double rounding = bf16_rounding_error(oracle.fwd.o.view());
@@ -353,7 +352,7 @@ TEST(Cuda, StressSuiteForwardsAsAccurateAsTheCpu) {
 
 TEST(Cuda, DeterministicModeGivesTheSameBitsEveryRun) {
   GPROJ_REQUIRE_GPU();
-  const AttentionState s = stress_suite(::gproj::test::data_dir(), {"shared-keys-causal-gqa"}).at(0).make();
+  const AttentionState s = stress_suite(::gproj::default_data_dir(), {"shared-keys-causal-gqa"}).at(0).make();
   const OracleRun oracle = run_oracle(s);
   for (Variant v : {Variant::kBaseline, Variant::kGproj}) {
     FlashParams p = test::params_for(v, Projection::kPWeighted);  // the projection deterministic mode implements

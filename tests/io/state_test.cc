@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gproj/error.h"
-#include "test_util.h"
+#include "gproj/stress.h"
 
 namespace gproj {
 namespace {
@@ -398,7 +398,7 @@ TEST_F(StateFileTest, SaveRejectsWhatLoadWouldReject) {
 
 // tests/data/README.md: batch 0, heads 0-3, all 1024 positions, D = 64, causal, of a step-5000 layer-3 capture.
 TEST(RealState, LoadsCapturedLayer) {
-  const std::string p = ::gproj::test::data_dir() + "/real_step5000_layer3.safetensors";
+  const std::string p = ::gproj::default_data_dir() + "/real_step5000_layer3.safetensors";
   if (!fs::exists(p)) GTEST_SKIP() << p << " is absent";
   const AttentionState s = load_state(p);
   for (const Tensor<bf16>* t : {&s.q, &s.k, &s.v, &s.dout}) {

@@ -53,6 +53,8 @@ for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
   done
 done | tee -a "$out/ab.txt"
 
+# Both ncu modes time without the cache flush or clock lock (a kernel finds in L2 what the one before it left).
+warm_ncu=(ncu --cache-control none --clock-control none)
 if [ "${NCU:-0}" = 1 ]; then
   for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
     for kind in ${INPUTS:-gaussian}; do
@@ -61,7 +63,7 @@ if [ "${NCU:-0}" = 1 ]; then
         for i in "${!bins[@]}"; do
           csv="/tmp/ab_ncu_${i}_${v}_${shape//:/_}_$kind.csv"
           # shellcheck disable=SC2086
-          timeout 120 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+          timeout 120 "${warm_ncu[@]}" --metrics gpu__time_duration.sum --csv \
             --print-units base "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 1 >"$csv" 2>/dev/null
           echo "== $v $shape $kind ${commits[$i]} (ncu, warm caches): rc=$?"
           python3 bench/ncu_times.py "$csv"
@@ -87,7 +89,7 @@ if [ "${NCU_LIMITS:-0}" = 1 ]; then
           csv="$out/limits/${v}_${shape//:/_}_${kind}_${commits[$i]}.csv"
           # The second launch is the timed call (the bench runs each phase twice).
           # shellcheck disable=SC2086
-          timeout 150 ncu --cache-control none --clock-control none -k "regex:${NCU_KERNEL:-flash_bwd_wg}" \
+          timeout 150 "${warm_ncu[@]}" -k "regex:${NCU_KERNEL:-flash_bwd_wg}" \
             --launch-skip 1 --launch-count 1 --section SpeedOfLight --metrics "$metrics" --csv --page raw \
             "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 1 >"$csv" 2>"${csv%.csv}.err"
           echo "== $v $shape $kind ${commits[$i]} (ncu limits): rc=$?"

@@ -165,17 +165,21 @@ int main(int argc, char** argv) {
           int backward_warps = 4;
           bool row_stats = false;   // the audit's r_i, s_i (the main kernel's kStats form): only with --only
           int dk_rank = 0;          // FlashParams::dk_compensation_rank (CUDA: 8, D = 64 only)
+          bool fwd_stats = false;   // Problem::forward_stats: thresh-lowrank's statistics from the forward (v2.3,
+                                    // v3.9); the forward's time includes the basis and K U tiles
         };
         // baseline and gproj (thresh-lowrank): the defaults (forward v2.2, backward v3.2 / v3.1); -v1: the
         // mma.sync kernels both ways; gproj-pw: the pweighted projection (v1 backward); base-fwd1 / base-fwd21:
         // the v1 / v2.1 forward; base-v31 / gproj-v31: the v3.1 backward; base-v33 / gproj-v33: v3.3 (16-byte dQ
         // atomics, experimental, D = 128); on demand (--only): base-w8-wg, the
         // wide backward with the v2.1 forward; base-wgbwd, v3.0; base-stats, the audit's statistics. gproj-dkc:
-        // gproj with the dK compensation (experimental; D = 64 rows only).
+        // gproj with the dK compensation (experimental; D = 64 rows only). gproj-fs: gproj with the statistics from
+        // the forward (docs/gproj-forward-stats.md).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
                                   Config{"base-v1", Variant::kBaseline, kNone, 0, 0},
                                   Config{"gproj", Variant::kGproj, kThresh},
+                                  Config{"gproj-fs", Variant::kGproj, kThresh, -1, -1, 4, false, 0, true},
                                   Config{"gproj-v1", Variant::kGproj, kThresh, 0, 0},
                                   Config{"gproj-pw", Variant::kGproj, Projection::kPWeighted},
                                   Config{"base-fwd1", Variant::kBaseline, kNone, 0},
@@ -208,8 +212,14 @@ int main(int argc, char** argv) {
           p.params.cuda_backward_wgmma = cfg.wgmma_backward;
           p.params.dk_compensation_rank = cfg.dk_rank;
           p.params.causal = causal;
-          void* ws;
+          void *ws, *stats = nullptr, *fws = nullptr;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));
+          if (cfg.fwd_stats) {
+            CHECK(cudaMalloc(&stats, cuda::forward_stats_bytes(p)));
+            CHECK(cudaMalloc(&fws, cuda::forward_workspace_bytes(p)));
+            p.forward_stats = stats;
+            p.forward_workspace = fws;
+          }
           cuda::DeviceTensor tl, none;
           tl.data = lse;
           none.data = nullptr;
@@ -230,6 +240,8 @@ int main(int argc, char** argv) {
           std::printf("%-10s %5lld %4lld %6s %9.2f %9.2f %9.1f %9.1f\n", cfg.label, static_cast<long long>(N),
                       static_cast<long long>(D), causal ? "yes" : "no", f, b, flops / f / 1e9, 2.5 * flops / b / 1e9);
           CHECK(cudaFree(ws));
+          if (stats != nullptr) CHECK(cudaFree(stats));
+          if (fws != nullptr) CHECK(cudaFree(fws));
         }
         for (void* ptr : {q, k, v, dout, o, ofp, lse, dq, dk, dv}) CHECK(cudaFree(ptr));
       }

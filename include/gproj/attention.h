@@ -56,6 +56,10 @@ struct FlashParams {
                                        // kThreshLowRank; CUDA: 6, docs/gproj-projection.md)
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
   int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
+  bool forward_stats = true;           // Projection::kThreshLowRank: P (K U) and s_i from the forward's bf16(P)
+                                       // (the CUDA forward forms them beside O; docs/gproj-forward-stats.md);
+                                       // false: from the backward's bf16(P) (the form before session 12, and
+                                       // what the CUDA kernels without the forward's statistics compute)
   int dk_compensation_rank = 0;        // Variant::kGproj (experimental, off by default): dK gets back the BF16
                                        // rounding error of dS through the top-r eigenvectors of Q^T Q,
                                        // dK_j += sum_i bf16(dS_ij - bf16(dS_ij)) bf16(Q_i U) U^T

@@ -53,7 +53,10 @@ nlohmann::json variant_params_json(const FlashParams& p) {
     j["projection"] = projection_name(p.projection);
     const Projection q = p.projection;
     if (q == Projection::kTopK || q == Projection::kTopKRest || q == Projection::kTopKLowRank) j["topk"] = p.topk;
-    if (q == Projection::kThreshLowRank) j["thresh_k"] = p.thresh_k;
+    if (q == Projection::kThreshLowRank) {
+      j["thresh_k"] = p.thresh_k;
+      j["stats_from"] = p.forward_stats ? "forward" : "backward";
+    }
     if (p.dk_compensation_rank != 0) j["dk_compensation_rank"] = p.dk_compensation_rank;
     if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) {
       j["lowrank_rank"] = p.lowrank_rank;

@@ -12,6 +12,16 @@
 #include "gproj/error.h"
 #include "gproj/stress.h"
 
+namespace {
+// --stats-from forward|backward: where thresh-lowrank's P (K U) and s_i come from (FlashParams::forward_stats).
+void add_stats_from(CLI::App* cmd, bool& forward_stats) {
+  cmd->add_option_function<std::string>(
+         "--stats-from", [&forward_stats](const std::string& v) { forward_stats = v == "forward"; },
+         "thresh-lowrank: P (K U) and s_i from the forward's bf16(P) (forward, the default) or the backward's")
+      ->check(CLI::IsMember({"forward", "backward"}));
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"gproj: audit BF16 attention forward and backward against a float64 oracle"};
   app.require_subcommand(1);
@@ -39,6 +49,7 @@ int main(int argc, char** argv) {
                         "gproj variant, CPU, experimental: compensate dK's BF16 rounding through this many directions "
                         "of Q (0: off)")
       ->check(CLI::Range(0, 256));
+  add_stats_from(check_cmd, check.forward_stats);
   check_cmd->add_flag("--quiet", check.quiet, "no progress on stderr");
 
   gproj::cli::RunOptions run;
@@ -53,6 +64,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--dk-compensation", run.dk_compensation_rank,
                       "gproj variant, CPU, experimental: compensate dK's BF16 rounding through this many directions of Q")
       ->check(CLI::Range(0, 256));
+
+  add_stats_from(run_cmd, run.forward_stats);
 
   bool list = false;
   std::string write_dir, data_dir;

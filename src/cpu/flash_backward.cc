@@ -113,6 +113,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       cpu::HeadView head{d.Nq, d.Nk, D, params.causal, Q.data(), K.data(), dQacc.data(), dKacc.data()};
       cpu::RowProjection proj(st.projection, head, params.lowrank_rank,
                               st.projection == Projection::kThreshLowRank ? params.thresh_k : params.topk, gemm);
+      if (st.projection == Projection::kThreshLowRank && params.forward_stats) proj.use_forward_stats(params, scale);
       cpu::DkCompensation dk_comp(head, params.variant == Variant::kGproj ? params.dk_compensation_rank : 0);
 
       std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/forward_block.h"
 #include "cpu/head_gather.h"
 #include "cpu/tile_gemm.h"
 #include "cpu/tile_ops.h"
@@ -33,6 +34,49 @@ float block_max_candidate(const float* s, int cols, bool tie_fix, float beta, fl
 
 }  // namespace
 
+namespace cpu {
+
+void forward_query_block(const TileGemm& gemm, const FlashParams& params, float scale, const float* Qt, int rows,
+                         int64_t i0, int64_t Nq, int64_t Nk, int D, const float* K, const float* X, int Dx, float* acc,
+                         float* m, float* l, std::vector<float>& S) {
+  const bool round_p = params.variant != Variant::kFp32;  // F4
+  const bool tie_fix = params.variant == Variant::kFwdfix || params.variant == Variant::kGproj;
+  const int Bk = params.block_k;
+  S.resize(static_cast<size_t>(rows) * Bk);
+  std::fill(acc, acc + static_cast<size_t>(rows) * Dx, 0.0f);
+  std::fill(m, m + rows, kNegInf);
+  std::fill(l, l + rows, 0.0f);
+  // Keys beyond the last row's causal limit are invisible to the whole block.
+  const int64_t j_end = params.causal ? std::clamp<int64_t>(i0 + rows + Nk - Nq, 0, Nk) : Nk;
+  for (int64_t j0 = 0; j0 < j_end; j0 += Bk) {
+    const int cols = static_cast<int>(std::min<int64_t>(Bk, j_end - j0));
+    gemm.nt(rows, cols, D, Qt, D, K + j0 * D, D, S.data(), Bk, false);  // S = Q K^T
+    for (int i = 0; i < rows; ++i) {
+      float* s = &S[i * Bk];
+      const int64_t limit = i0 + i + Nk - Nq;  // last visible key of this row
+      for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale * s[j];
+      const float cand =
+          block_max_candidate(s, cols, tie_fix, params.fwdfix_beta, params.fwdfix_tie_tol, params.fwdfix_max_shift);
+      const float m_new = std::max(m[i], cand);
+      if (m_new == kNegInf) {  // nothing visible yet in this row
+        std::fill(s, s + cols, 0.0f);
+        continue;
+      }
+      const float alpha = exp_fp32(m[i] - m_new);  // exp(-inf) = 0 on the first visible block
+      exp_sub_row(s, cols, m_new);                 // masked: exp(-inf) = 0
+      float rowsum = 0.0f;
+      for (int j = 0; j < cols; ++j) rowsum += s[j];  // l uses the FP32 P
+      if (round_p) round_bf16_row(s, s, cols);        // F4
+      l[i] = l[i] * alpha + rowsum;
+      for (int e = 0; e < Dx; ++e) acc[i * Dx + e] *= alpha;
+      m[i] = m_new;
+    }
+    gemm.nn(rows, Dx, cols, S.data(), Bk, X + j0 * Dx, Dx, acc, Dx, true);  // acc += P X
+  }
+}
+
+}  // namespace cpu
+
 ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
                                 const TensorView<const bf16>& v, const FlashParams& params) {
   const AttentionDims d = check_attention_shapes(q, k, v);
@@ -44,9 +88,7 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}});
   cpu::init_blas_threads();
   const cpu::TileGemm gemm(params.accumulation);
-  const bool round_p = params.variant != Variant::kFp32;  // F4
-  const bool tie_fix = params.variant == Variant::kFwdfix || params.variant == Variant::kGproj;
-  const int Bq = params.block_q, Bk = params.block_k;
+  const int Bq = params.block_q;
   const int D = static_cast<int>(d.D);
   const int64_t nqb = (d.Nq + Bq - 1) / Bq;
 
@@ -66,7 +108,7 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
 #pragma omp parallel
   {
     std::vector<float> Qt(static_cast<size_t>(Bq) * D);
-    std::vector<float> S(static_cast<size_t>(Bq) * Bk), acc(Qt.size()), m(Bq), l(Bq);
+    std::vector<float> S, acc(Qt.size()), m(Bq), l(Bq);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t h = 0; h < d.H; ++h)
@@ -76,38 +118,9 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
           const int rows = static_cast<int>(std::min<int64_t>(Bq, d.Nq - i0));
           for (int i = 0; i < rows; ++i)
             for (int e = 0; e < D; ++e) Qt[i * D + e] = q.at(b, i0 + i, h, e).to_float();
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          std::fill(m.begin(), m.end(), kNegInf);
-          std::fill(l.begin(), l.end(), 0.0f);
-          // Keys beyond the last row's causal limit are invisible to the whole block.
-          const int64_t j_end = params.causal ? std::clamp<int64_t>(i0 + rows + d.Nk - d.Nq, 0, d.Nk) : d.Nk;
-          for (int64_t j0 = 0; j0 < j_end; j0 += Bk) {
-            const int cols = static_cast<int>(std::min<int64_t>(Bk, j_end - j0));
-            const float* Kt = &Kf[b * d.Hkv + hk][j0 * D];  // (cols, D)
-            const float* Vt = &Vf[b * d.Hkv + hk][j0 * D];  // (cols, D)
-            gemm.nt(rows, cols, D, Qt.data(), D, Kt, D, S.data(), Bk, false);  // S = Q K^T
-            for (int i = 0; i < rows; ++i) {
-              float* s = &S[i * Bk];
-              const int64_t limit = i0 + i + d.Nk - d.Nq;  // last visible key of this row
-              for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale * s[j];
-              const float cand = block_max_candidate(s, cols, tie_fix, params.fwdfix_beta, params.fwdfix_tie_tol,
-                                                 params.fwdfix_max_shift);
-              const float m_new = std::max(m[i], cand);
-              if (m_new == kNegInf) {  // nothing visible yet in this row
-                std::fill(s, s + cols, 0.0f);
-                continue;
-              }
-              const float alpha = cpu::exp_fp32(m[i] - m_new);  // exp(-inf) = 0 on the first visible block
-              cpu::exp_sub_row(s, cols, m_new);                 // masked: exp(-inf) = 0
-              float rowsum = 0.0f;
-              for (int j = 0; j < cols; ++j) rowsum += s[j];    // l uses the FP32 P
-              if (round_p) cpu::round_bf16_row(s, s, cols);     // F4
-              l[i] = l[i] * alpha + rowsum;
-              for (int e = 0; e < D; ++e) acc[i * D + e] *= alpha;
-              m[i] = m_new;
-            }
-            gemm.nn(rows, D, cols, S.data(), Bk, Vt, D, acc.data(), D, true);  // acc += P V
-          }
+          cpu::forward_query_block(gemm, params, scale, Qt.data(), rows, i0, d.Nq, d.Nk, D,
+                                   Kf[b * d.Hkv + hk].data(), Vf[b * d.Hkv + hk].data(), D, acc.data(), m.data(),
+                                   l.data(), S);
           for (int i = 0; i < rows; ++i) {
             bf16* o = &r.o.at(b, i0 + i, h, 0);
             float* of = &r.o_fp32.at(b, i0 + i, h, 0);

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+
+#include "cpu/forward_block.h"
+#include "gproj/error.h"
 
 namespace gproj::cpu {
 
@@ -192,7 +196,7 @@ void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const
     }
     r_raw_[i0 + i] += raw;
     r_[i0 + i] += used;
-    s_[i0 + i] += ps;
+    if (!fwd_stats_) s_[i0 + i] += ps;
     if (!top_p_.empty()) {
       float* tr = &top_rank_[(i0 + i) * k_];
       float* tp = &top_p_[(i0 + i) * k_];
@@ -213,8 +217,30 @@ void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const
   }
   const int D = h_.D;
   if (!pk_.empty()) gemm_.nn(rows, D, cols, Pb, ld, h_.K + j0 * D, D, pk_.data() + i0 * D, D, true);
-  if (!pku_.empty()) gemm_.nn(rows, rank_, cols, Pb, ld, KU_.data() + j0 * rank_, rank_, pku_.data() + i0 * rank_,
+  if (!pku_.empty() && !fwd_stats_) gemm_.nn(rows, rank_, cols, Pb, ld, KU_.data() + j0 * rank_, rank_, pku_.data() + i0 * rank_,
                               rank_, true);
+}
+
+void RowProjection::use_forward_stats(const FlashParams& params, float scale) {
+  if (kind_ != Projection::kThreshLowRank) {
+    throw Error(ErrorCode::kInvalidArgument, "forward statistics serve projection thresh-lowrank only");
+  }
+  const int x_cols = rank_ + 1, Bq = params.block_q;
+  std::vector<float> X(static_cast<size_t>(h_.Nk) * x_cols, 1.0f);  // [bf16(K U) | 1]
+  for (int64_t j = 0; j < h_.Nk; ++j)
+    for (int c = 0; c < rank_; ++c) X[j * x_cols + c] = KU_[j * rank_ + c];
+  std::vector<float> acc(static_cast<size_t>(Bq) * x_cols), m(Bq), l(Bq), S;
+  for (int64_t i0 = 0; i0 < h_.Nq; i0 += Bq) {
+    const int rows = static_cast<int>(std::min<int64_t>(Bq, h_.Nq - i0));
+    forward_query_block(gemm_, params, scale, h_.Q + i0 * h_.D, rows, i0, h_.Nq, h_.Nk, h_.D, h_.K, X.data(), x_cols,
+                        acc.data(), m.data(), l.data(), S);
+    for (int i = 0; i < rows; ++i) {
+      const bool empty = m[i] == -std::numeric_limits<float>::infinity();  // as the forward: a zero record
+      for (int c = 0; c < rank_; ++c) pku_[(i0 + i) * rank_ + c] = empty ? 0.0f : acc[i * x_cols + c] / l[i];
+      s_[i0 + i] = empty ? 0.0f : acc[i * x_cols + rank_] / l[i];
+    }
+  }
+  fwd_stats_ = true;
 }
 
 void RowProjection::dk_pweighted_tile(int64_t i0, int rows, int64_t j0, int cols, const float* Pb, int ld) {
@@ -273,12 +299,16 @@ void RowProjection::topk_lowrank_finish() {
     const float* tp = &top_p_[i * k_];
     const int64_t* tj = &top_j_[i * k_];
     if (!(s_[i] > 0.0f)) continue;
-    const float c = r_[i] / s_[i];
     int count = 0;
     float mass = 0.0f;
     for (; count < k_ && tj[count] >= 0; ++count) mass += tp[count];
     const int64_t n_rest = visible_count(i) - count;
-    if (n_rest > 0) rest_coef[i] = c * (s_[i] - mass) / static_cast<float>(n_rest);
+    // A row whose visible keys are all listed has no rest: its listed mass is its s_i, so that the row's dS' sums
+    // to zero exactly even where s_i came from the forward's bf16(P) (docs/gproj-forward-stats.md).
+    const float s = n_rest > 0 ? s_[i] : mass;
+    if (!(s > 0.0f)) continue;
+    const float c = r_[i] / s;
+    if (n_rest > 0) rest_coef[i] = c * (s - mass) / static_cast<float>(n_rest);
     for (int t = 0; t < rank_; ++t) tail[t] = pku_[i * rank_ + t];
     float removed = rest_coef[i] * static_cast<float>(n_rest);
     for (int t = 0; t < count; ++t) {

@@ -34,6 +34,11 @@ class RowProjection {
   void accumulate(int64_t i0, int rows, int64_t j0, int cols, const float* P, const float* Pb,
                   const float* dSb_raw, const float* dSb, int ld);
 
+  // thresh-lowrank with FlashParams::forward_stats: P (K U) and s_i from the forward's bf16(P), the forward's key
+  // loop run again over X = [K U | 1] (cpu/forward_block.h), as the CUDA forward (v2.3) forms them beside O.
+  // accumulate() then adds only r_i and the lists. Call once, before the first accumulate().
+  void use_forward_stats(const FlashParams& params, float scale);
+
   // Does Projection::kPWeighted need a second sweep over the P tiles for dK? (see dk_pweighted_tile)
   bool needs_p_sweep() const { return kind_ == Projection::kPWeighted; }
   // Second sweep: dKacc[j0:j0+cols] -= (Pb * c)^T Q[i0:i0+rows], c_i = r_i / s_i.
@@ -65,6 +70,7 @@ class RowProjection {
   std::vector<float> U_;        // (D, rank) top right singular vectors of K (low rank)
   std::vector<float> KU_;       // (Nk, rank)
   std::vector<float> pku_;      // (Nq, rank) sum_j bf16(P)_ij (K U)_j  (low rank)
+  bool fwd_stats_ = false;      // pku_ and s_ came from use_forward_stats()
   int k_;                       // top-k: entries kept per row
   // top-k: the k keys of largest FP32 P of each row (= largest S, so a forward pass can find them on the GPU),
   // ties to the earlier key; their weights are bf16(P).

@@ -14,15 +14,6 @@ namespace gproj::cuda::detail {
 constexpr int kBwdBlock = 64;   // keys per CTA and query rows per step
 constexpr int kBwdThreads = 128;
 
-// thresh-lowrank's basis on the GPU: kLowRank = 8 columns iterated (U, and K U stored 8 wide: one n = 8 MMA column
-// tile, 16 bytes per key), of which the tail uses the first kTailRank; the main kernels leave K U's last two
-// columns zero and put s_i and r_i there instead, so one row's statistics (P (K U), s_i, r_i) are one 32-byte
-// record, `pku`, added with one 8-byte atomic per lane (docs/gproj-projection.md, "rank 6").
-constexpr int kLowRank = 8;
-constexpr int kTailRank = 6;
-constexpr int kStatS = kTailRank, kStatR = kTailRank + 1;  // the record's columns of s_i and r_i
-static_assert(kStatR == kLowRank - 1, "P (K U), s_i and r_i fill one n = 8 column tile");
-
 template <int D>
 constexpr size_t bwd_tc_smem_bytes() {
   return sizeof(bf16_t) * (6 * kBwdBlock * D + 2 * kBwdBlock * kBwdBlock + kBwdBlock * kLowRank);

@@ -38,13 +38,20 @@ constexpr int kWgStatCols = 16;
 template <int D, bool kSplitDq>
 constexpr bool kBwdWgSplit = kSplitDq && D == 128;
 
-template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false>
+// v3.9 (kFwdStats): 8 KB of BF16 ones, the dQ product's extra 8 columns (r_i), in place of the statistics tiles:
+// 64 K rows of 128 bytes, the rows each warpgroup's n72 steps read (their descriptors point there per warpgroup).
+constexpr int kWgOnesElems = 4096;
+
+template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
+          bool kFwdStats = false>
 constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
   // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | [bf16(U)^T, D / 64 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
   return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
-                           (kThresh ? kWgBwdRows * kWgBwdKeys + 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
+                           (kThresh ? kWgBwdRows * kWgBwdKeys : 0) +
+                           (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
+                           (kFwdStats ? kWgOnesElems : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
          sizeof(float) * 4 * kWgBwdRows + 8 * 8 + 1024;
 }
@@ -163,8 +170,13 @@ static_assert(kAblate >= 0 && kAblate < 16, "GPROJ_ABLATE is a 4-bit mask");
 // kVecDq (v3.3, experimental, on v3.2 at D = 128): lane pairs (tq, tq ^ 1) swap half their dQ values so that each
 // lane adds four consecutive columns of one row with one 16-byte atomic: half the atomic instructions, the same
 // bytes (whether instructions or bytes limit v3.2 is what it measures).
+// kFwdStats (v3.9, on kThresh; docs/gproj-forward-stats.md): P (K U) and s_i come from the forward (v2.3), which
+// also wrote U and bf16(K U); the record arrives holding them (copied in before this kernel) and this kernel adds
+// only r_i, through the dQ product: one 64-column block of it becomes m64n72k16, whose last 8 columns read a
+// shared tile of ones (the descriptor's N-block stride points there), so r_i costs no extra read of bf16(dS).
+// No statistics product, no K U product, one 4-byte atomic per row and warpgroup instead of the 32-byte record.
 template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
-          bool kVecDq = false>
+          bool kVecDq = false, bool kFwdStats = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -173,6 +185,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kSplitDq || kTma, "v3.2 is a form of v3.1");
   static_assert(!kDkComp || (kThresh && D == 64 && !kSplitDq), "dK compensation: thresh-lowrank on v3.1, D = 64");
   static_assert(!kVecDq || (kSplitDq && D == 128), "v3.3 is a form of v3.2 at D = 128");
+  static_assert(!kFwdStats || (kThresh && !kDkComp && !kVecDq), "v3.9 is a form of thresh-lowrank's v3.1 / v3.2");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -186,9 +199,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sP = sdS + (kSplit ? 2 : 1) * BQ * BK;         // kThresh: [2 key halves][BQ][64] bf16(P), as sdS
   bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T rows 0-5; ones; zeros)
   bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row kStatR; zeros)
-  bf16_t* sQU = sUp + (kThresh ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
+  bf16_t* sQU = sUp + (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
   bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
-  float* sL = reinterpret_cast<float*>(sUT + (kThresh ? D * kWgStatCols : 0));  // [2][BQ] LSE: v3.0 per
+  bf16_t* sOnes = sUT + (kThresh && !kFwdStats ? D * kWgStatCols : 0);  // kFwdStats: [kWgOnesElems] ones
+  float* sL = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
   uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
@@ -221,7 +235,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       tma_load_4d(sdO + st * BQ * D + nb * BQ * 64, &maps.dout, nb * 64, h, i0, b, &full[st]);
     }
   };
-  if constexpr (kThresh) {  // the B tiles of the statistics product, K-major [16][64] (key = column)
+  if constexpr (kFwdStats) {  // ones for the dQ product's r_i columns (read after the loop's first barrier)
+    const uint4 ones = make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u);
+    for (int x = threadIdx.x; x < kWgOnesElems / 8; x += kWgThreads) reinterpret_cast<uint4*>(sOnes)[x] = ones;
+    fence_async_smem();
+  }
+  if constexpr (kThresh && !kFwdStats) {  // the B tiles of the statistics product, K-major [16][64] (key = column)
     if (threadIdx.x < BK) {  // rows kTailRank.. of sUp (rows 0-5, K U, are formed below once K has landed)
       const int jj = threadIdx.x, c = jj % 64;
       bf16_t* t = sUp + (jj / 64) * kWgStatCols * 64;
@@ -301,7 +320,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     load_row(qb0);
     mbar_wait(kv_full, 0);
   }
-  if constexpr (kThresh) {
+  if constexpr (kThresh && !kFwdStats) {
     // K U of this warpgroup's 64 keys on the tensor cores, bf16(K bf16(U)) as the CPU emulator forms it: rows
     // 0-5 of the warpgroup's sUp tile (read after the loop's first warpgroup barrier) and, for the dQ correction's
     // listed keys, p.ku (8 per key, columns kTailRank.. zero; CTAs of query heads sharing a kv head write the
@@ -557,16 +576,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int qn = 0; qn < kDqBlocks; ++qn) {
       const int nb = kSplit ? wg : qn;
-      float dqa[32];
+      // kFwdStats: the steps that also sum bf16(dS) against the ones, each warpgroup over 64 keys: v3.2 warpgroup
+      // w's k-steps 4 w .. 4 w + 3 (keys 64 w ..), v3.1 both warpgroups' column block 0 (their own keys).
+      const bool with_r = kFwdStats && (kSplit || qn == 0);
+      float dqa[kFwdStats ? 36 : 32];
 #pragma unroll
-      for (int e = 0; e < 32; ++e) dqa[e] = 0.0f;
+      for (int e = 0; e < (kFwdStats ? 36 : 32); ++e) dqa[e] = 0.0f;
       float st16[8];  // kThresh, first column block: the statistics record of this warp's rows, m64n16 layout
-      if constexpr (kAblate & 1) {
+      if constexpr ((kAblate & 1) || kFwdStats) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) st16[e] = 0.0f;
       }
       wg_fence();
-      if (kThresh && qn == 0 && !(kAblate & 1)) {
+      if (kThresh && !kFwdStats && qn == 0 && !(kAblate & 1)) {
 #pragma unroll
         for (int kin = 0; kin < 4; ++kin) {
           const uint64_t pa = wg_desc_kmajor(sP + wg * BQ * 64 + kin * 16);
@@ -583,7 +605,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int kin = 0; kin < kDqSteps; ++kin) {
         const bf16_t* a = kSplit ? sdS_it + (kin >> 2) * BQ * 64 + (kin & 3) * 16 : sdS_it + wg * BQ * 64 + kin * 16;
         const bf16_t* bk = kSplit ? sK + nb * BK * 64 + kin * 16 * 64 : kw(nb) + kin * 16 * 64;
-        wgmma_ss_n64<1>(dqa, wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
+        if constexpr (kFwdStats) {
+          if (with_r && (!kSplit || (kin >> 2) == wg)) {
+            // N-block 1 (columns 64-71) at bk + the descriptor's N-block stride: row (kin % 4) 16 .. of sOnes.
+            // `first`: the byte offset from sK of this warpgroup's first n72 step's B rows.
+            const uint32_t first = (kSplit ? wg * (BK * 64 + 64 * 64) : wg * 64 * 64) * sizeof(bf16_t);
+            const uint32_t stride = static_cast<uint32_t>(sOnes - sK) * sizeof(bf16_t) - first;
+            wgmma_ss_n72_tb(dqa, wg_desc_kmajor(a), wg_desc_mnmajor(bk, stride), 1);
+          } else {
+            wgmma_ss_n64<1>(reinterpret_cast<float(&)[32]>(dqa), wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
+          }
+        } else {
+          wgmma_ss_n64<1>(dqa, wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
+        }
       }
       wg_commit();
       wg_wait0();
@@ -591,9 +625,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (kThresh && qn == 0) {
         fence_regs(st16);
         // Columns 2 tq, 2 tq + 1 of the record (n8 block 0): one 8-byte atomic per lane and row.
-        constexpr bool kRecord = !(kAblate & 4);
+        constexpr bool kRecord = !(kAblate & 4) && !kFwdStats;
         if (kRecord && row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
         if (kRecord && row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
+        if (kFwdStats && with_r && tq == 0) {  // r_i: column 64 of the n72 block (every ones column holds it)
+          if (row_a < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_a) * kLowRank + kStatR, dqa[32]);
+          if (row_b < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_b) * kLowRank + kStatR, dqa[34]);
+        }
         // The entries whose slots were claimed after the element-wise step, written now (sP holds their bf16(P)
         // until the next block's barrier). The slots are compared with the capacity through a value the dQ
         // product has just produced (the min is the capacity itself): ptxas otherwise hoisted the compare of the

@@ -21,10 +21,10 @@ namespace gproj::cuda::detail {
 
 constexpr int kWgRows = 128, kWgThreads = 256, kWgStages = 3;
 
-template <int D>
+template <int D, bool kStats = false>
 constexpr size_t fwd_wg_smem_bytes() {
-  // + 1024: tiles realigned to 1024 B; + 64: v2.2's mbarriers
-  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + 1024 + 64;
+  // + 1024: tiles realigned to 1024 B; + 64: v2.2's mbarriers; v2.3 (kStats): a 1 KB K U tile per stage
+  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + (kStats ? kWgStages * 1024 : 0) + 1024 + 64;
 }
 
 // Loads rows [n0, n0 + count) of a strided (B, N, H, D) tensor into a 128B-swizzled [D/64][kRows][64] tile.
@@ -43,17 +43,25 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
 // kTma (v2.2): thread 0 loads Q and the K, V blocks with TMA (two blocks ahead, three stages; mbarriers full per
 // stage, completed by the copies, and empty per stage, one arrival per warp once its P V of the block is done),
 // and no CTA-wide barrier remains in the loop: the two warpgroups drift apart, as in the backward's v3.1.
-template <int D, bool kTieFix, bool kTma = false>
+// kStats (v2.3, on v2.2; gproj with thresh-lowrank): thresh-lowrank's row statistics ride on P V. Beside each
+// 64-key block's K, V the producer loads that block's bf16(K U)^T tile with a row of ones (p.ku_tiles: 8 x 64,
+// the 1 KB image of the swizzled shared tile), and each warpgroup adds bf16(P) [K U | 1 | 0] with one m64n8k16
+// product per 16 keys, rescaled with O. The epilogue divides by l like O and writes the row's record
+// (p.fwd_stats): P (K U) in columns 0-5 and s_i = sum_j bf16(P)_ij in column kStatS, from the same bf16(P) as
+// O. The backward (v3.9) then forms only r_i (docs/gproj-forward-stats.md).
+template <int D, bool kTieFix, bool kTma = false, bool kStats = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_fwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BQ = kWgRows, BK = 64, kNB = D / 64;
+  static_assert(!kStats || kTma, "the forward's statistics ride on v2.2's TMA ring");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BQ][64]
   bf16_t* sK = sQ + BQ * D;                // [kWgStages][kNB][BK][64], K-major for S = Q K^T
   bf16_t* sV = sK + kWgStages * BK * D;    // [kWgStages][kNB][BK][64], MN-major for O += P V
-  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kWgStages * BK * D);  // v2.2: [3] K, V landed; [3] empty;
+  bf16_t* sKU = sV + kWgStages * BK * D;   // kStats: [kWgStages][8][64] bf16(K U)^T and ones, K-major B
+  uint64_t* full = reinterpret_cast<uint64_t*>(sKU + (kStats ? kWgStages * 8 * BK : 0));  // v2.2: [3] K, V landed; [3] empty;
   uint64_t* empty = full + 3;                                              // [1] Q landed
   uint64_t* q_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -78,11 +86,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   const auto tma_kv = [&](int jb) {  // v2.2, thread 0: K, V of block jb into stage jb % 3 (rows past Nk: zeros)
     const int st = jb % kWgStages;
-    mbar_arrive_expect_tx(&full[st], 2 * BK * D * sizeof(bf16_t));
+    mbar_arrive_expect_tx(&full[st], 2 * BK * D * sizeof(bf16_t) + (kStats ? 8 * BK * sizeof(bf16_t) : 0));
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
       tma_load_4d(sK + st * BK * D + nb * BK * 64, &maps.k, nb * 64, hk, jb * BK, b, &full[st]);
       tma_load_4d(sV + st * BK * D + nb * BK * 64, &maps.v, nb * 64, hk, jb * BK, b, &full[st]);
+    }
+    if constexpr (kStats) {
+      const int64_t tile = (static_cast<int64_t>(b) * p.Hkv + hk) * ((p.Nk + BK - 1) / BK) + jb;
+      bulk_load_1d(sKU + st * 8 * BK, p.ku_tiles + tile * 8 * BK, 8 * BK * sizeof(bf16_t), &full[st]);
     }
   };
   if constexpr (kTma) {
@@ -112,6 +124,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int e = 0; e < 32; ++e) o[nb][e] = 0.0f;
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
+  float kus[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // kStats: bf16(P) [K U | 1 | 0], n8 accumulator (rows a, b)
   float s[32];
   // S = Q K^T of key block jb (stage jb % kWgStages) for this warpgroup's 64 rows: issued, not waited for.
   const uint64_t q_desc0 = wg_desc_kmajor(sQ + wg * 64 * 64);
@@ -162,6 +175,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     fence_regs(s);
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
+    if constexpr (kStats) fence_regs(kus);
     pack_p(s, pf);
     if (!__all_sync(0xffffffffu, alpha_a == 1.0f && alpha_b == 1.0f)) {  // else the identity (see v1)
 #pragma unroll
@@ -173,6 +187,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           o[nb][4 * j + 2] *= alpha_b;
           o[nb][4 * j + 3] *= alpha_b;
         }
+      if constexpr (kStats) {
+        kus[0] *= alpha_a;
+        kus[1] *= alpha_a;
+        kus[2] *= alpha_b;
+        kus[3] *= alpha_b;
+      }
     }
     if (kTma && jb >= 1 && lane == 0) mbar_arrive(&empty[(jb - 1) % kWgStages]);  // P V of jb - 1 is done
     if (kNext) {
@@ -205,6 +225,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const uint64_t db = wg_desc_advance(v_desc0, nb * BK * 64 + kk * 16 * 64);
         wgmma_rs_n64<1>(o[nb], pf[kk], db, 1);
       }
+    if constexpr (kStats) {  // the record's columns: B = the block's [8][64] tile, K = keys (K-major)
+      const uint64_t ku_desc0 = wg_desc_kmajor(sKU + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * 8 * BK);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_rs_n8(kus, pf[kk], wg_desc_advance(ku_desc0, kk * 16));
+    }
     wg_commit();
     if (kNext) {
       wg_wait1();      // S of block jb + 1 (P V of block jb may still run)
@@ -217,6 +242,26 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
   for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
   if constexpr (!kTma) cp_async_wait<0>();
+  if constexpr (kStats) {  // the record of rows a, b: columns 2 tq, 2 tq + 1, divided by the row's l as O is
+    fence_regs(kus);
+    float la = l_a, lb = l_b;
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {
+      la += __shfl_xor_sync(0xffffffffu, la, x);
+      lb += __shfl_xor_sync(0xffffffffu, lb, x);
+    }
+    const int64_t rec = (static_cast<int64_t>(b) * p.H + h) * p.Nq;
+    if (row_a < p.Nq) {
+      const bool empty = m_a == neg_inf();
+      *reinterpret_cast<float2*>(p.fwd_stats + (rec + row_a) * kLowRank + 2 * tq) =
+          empty ? make_float2(0.0f, 0.0f) : make_float2(kus[0] / la, kus[1] / la);
+    }
+    if (row_b < p.Nq) {
+      const bool empty = m_b == neg_inf();
+      *reinterpret_cast<float2*>(p.fwd_stats + (rec + row_b) * kLowRank + 2 * tq) =
+          empty ? make_float2(0.0f, 0.0f) : make_float2(kus[2] / lb, kus[3] / lb);
+    }
+  }
 
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] (n8 tile 8 nb + j, element e).
   store_o_lse<D>(p, b, h, row_a, tq, m_a, m_b, l_a, l_b, reinterpret_cast<const float(&)[D / 8][4]>(o));

@@ -152,10 +152,26 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
   DeviceTensor tl, tof;
   tl.data = blse.get();
   tof.data = need_ofp32 ? bof.get() : nullptr;
+  // gproj with thresh-lowrank: the statistics come from a forward of the same inputs (its O and LSE are discarded;
+  // the backward uses the given ones), as they do in training (docs/gproj-forward-stats.md).
+  std::string fwd_kernels;
+  DeviceBuffer stats(forward_stats_bytes(p)), fws(forward_workspace_bytes(p)),
+      fo(forward_stats_apply(p) ? o.numel() * 2 : 1), flse(forward_stats_apply(p) ? lse.numel() * 4 : 1);
+  if (forward_stats_apply(p)) {
+    Problem fp = p;
+    fp.forward_stats = stats.get();
+    fp.forward_workspace = fws.get();
+    DeviceTensor fl, none;
+    fl.data = flse.get();
+    fwd_kernels = check_status(forward(fp, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape),
+                                       dense4(bv.get(), v.shape), dense4(fo.get(), o.shape), fl, none, nullptr));
+    p.forward_stats = stats.get();
+  }
   r.kernels = check_status(backward(p, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape), dense4(bv.get(), v.shape),
                         dense4(bo.get(), o.shape), tof, tl, dense4(bdo.get(), dout.shape), dense4(bdq.get(), q.shape),
                         dense4(bdk.get(), k.shape), dense4(bdv.get(), v.shape), ws.get(), nullptr));
   check_cuda(cudaDeviceSynchronize(), "backward");
+  if (!fwd_kernels.empty()) r.kernels += "; statistics by " + fwd_kernels;
   bdq.download(r.dq.values);
   bdk.download(r.dk.values);
   bdv.download(r.dv.values);

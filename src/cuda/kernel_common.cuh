@@ -12,6 +12,15 @@ constexpr int kBlockQ = 64;    // query rows per tile (the CPU emulator's defaul
 constexpr int kBlockK = 64;    // keys per tile (the CPU emulator's default block_k)
 constexpr int kThreads = 128;  // two threads per tile row
 
+// thresh-lowrank's basis on the GPU: kLowRank = 8 columns iterated (U, and K U stored 8 wide: one n = 8 MMA column
+// tile, 16 bytes per key), of which the tail uses the first kTailRank; the main kernels leave K U's last two
+// columns zero and put s_i and r_i there instead, so one row's statistics (P (K U), s_i, r_i) are one 32-byte
+// record, `pku`, added with one 8-byte atomic per lane (docs/gproj-projection.md, "rank 6").
+constexpr int kLowRank = 8;
+constexpr int kTailRank = 6;
+constexpr int kStatS = kTailRank, kStatR = kTailRank + 1;  // the record's columns of s_i and r_i
+static_assert(kStatR == kLowRank - 1, "P (K U), s_i and r_i fill one n = 8 column tile");
+
 // Strided (B, N, H, D) or (B, H, N) views; element strides.
 struct Strided {
   const void* data;
@@ -48,6 +57,11 @@ struct KernelParams {
   __nv_bfloat16* ku;                 // (B, Hkv, Nk, 8) bf16(K U), columns kTailRank.. zero
   float* pku;                        // (B, H, Nq, 8) the row's record: sum_j bf16(P_ij) (K U)_j (columns 0-5),
                                      // s_i (kStatS), r_i (kStatR)
+  // thresh-lowrank with the forward's statistics (v2.3 forward, v3.9 backward; docs/gproj-forward-stats.md)
+  float* fwd_stats;                  // forward: (B, H, Nq, 8) P (K U) (columns 0-5) and s_i (kStatS) of each row,
+                                     // from the forward's own bf16(P); column kStatR zero
+  __nv_bfloat16* ku_tiles;           // forward: (B, Hkv, ceil(Nk / 64), 8 x 64) bf16(K U)^T plus a row of ones
+                                     // (kStatS), each 64-key block the 1 KB image of its swizzled shared tile
   float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
   float* suffix;                     // (B, H, D): the total sum_i rest_i Q_i per head (thresh, not causal)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i

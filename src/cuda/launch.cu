@@ -178,6 +178,10 @@ Status forward_d(const KernelParams& k, cudaStream_t stream) {
 template <int D, bool kTie>
 Status forward_wg(const KernelParams& k, int version, const detail::TmaMaps& maps, cudaStream_t stream) {
   const dim3 grid((k.Nq + detail::kWgRows - 1) / detail::kWgRows, k.H, k.B);
+  if (k.fwd_stats != nullptr) {  // v2.3: v2.2 with thresh-lowrank's row statistics (forward() checked the rest)
+    return launch_args(detail::flash_fwd_wg_kernel<D, kTie, true, true>, grid, detail::kWgThreads,
+                       detail::fwd_wg_smem_bytes<D, true>(), stream, "forward (wgmma, statistics)", k, maps);
+  }
   const auto kernel =
       version == 2 ? detail::flash_fwd_wg_kernel<D, kTie, true> : detail::flash_fwd_wg_kernel<D, kTie, false>;
   return launch_args(kernel, grid, detail::kWgThreads, detail::fwd_wg_smem_bytes<D>(), stream, "forward (wgmma)", k,
@@ -197,7 +201,9 @@ Status forward_variant(const KernelParams& k, Variant v, bool tc, int wgmma, con
   if (tc && wgmma != 0 && v != Variant::kFp32) {
     return named(v == Variant::kBaseline ? forward_wg<D, false>(k, wgmma, maps, stream)
                                          : forward_wg<D, true>(k, wgmma, maps, stream),
-                 wgmma == 2 ? "forward v2.2 (wgmma, TMA)" : "forward v2.1 (wgmma)");
+                 k.fwd_stats != nullptr ? "forward v2.3 (wgmma, TMA, thresh-lowrank statistics)"
+                 : wgmma == 2           ? "forward v2.2 (wgmma, TMA)"
+                                        : "forward v2.1 (wgmma)");
   }
   if (tc && v != Variant::kFp32) {
     return named(v == Variant::kBaseline ? forward_tc<D, false>(k, stream) : forward_tc<D, true>(k, stream),
@@ -269,10 +275,11 @@ Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t ro
 }
 
 template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
-          bool kVecDq = false>
+          bool kVecDq = false, bool kFwdStats = false>
 Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 grid, cudaStream_t stream) {
-  return launch_args(detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq, kDkComp, kVecDq>, grid,
-                     detail::kWgThreads, detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq, kDkComp>(), stream,
+  return launch_args(detail::flash_bwd_wg_kernel<D, kStats, kTma, kThresh, kSplitDq, kDkComp, kVecDq, kFwdStats>,
+                     grid, detail::kWgThreads,
+                     detail::bwd_wg_smem_bytes<D, kTma, kThresh, kSplitDq, kDkComp, kFwdStats>(), stream,
                      "backward main, wgmma", k, maps);
 }
 
@@ -307,9 +314,15 @@ Status backward_wgmma(const KernelParams& k, int version, bool thresh, const det
     }
   }
   if (version == 3) {
+    if (thresh && k.fwd_stats != nullptr) {  // v3.9: P (K U) and s_i from the forward
+      return launch_bwd_wg<D, false, true, true, true, false, false, true>(k, maps, grid, stream);
+    }
     if (thresh) return launch_bwd_wg<D, false, true, true, true>(k, maps, grid, stream);
     return k.row_stats ? launch_bwd_wg<D, true, true, false, true>(k, maps, grid, stream)
                        : launch_bwd_wg<D, false, true, false, true>(k, maps, grid, stream);
+  }
+  if (thresh && k.fwd_stats != nullptr) {
+    return launch_bwd_wg<D, false, true, true, false, false, false, true>(k, maps, grid, stream);
   }
   if (thresh) {
     if constexpr (D == 64) {  // dK compensation (FlashParams::dk_compensation_rank = 8): D = 64 only so far
@@ -374,6 +387,34 @@ Workspace layout(const Problem& p) {
     }
   }
   return w;
+}
+
+// Problem::forward_stats, 4-byte words: rows (B H Nq padded as Workspace::row, x 8: the records, column kStatR
+// zero) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16) | ku_tiles (B Hkv ceil(Nk / 64) x 8 x 64 BF16). Every region starts
+// on a 16-byte boundary (the tiles are bulk-copied). Problem::forward_workspace: the Gram partials.
+struct StatsLayout {
+  size_t rows = 0, u = 0, ku = 0, tiles = 0, gram = 0;
+  size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles); }
+};
+StatsLayout stats_layout(const Problem& p) {
+  const Workspace w = layout(p);
+  StatsLayout s;
+  s.rows = w.row * detail::kLowRank;
+  s.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
+  s.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
+  s.tiles = static_cast<size_t>(p.B * p.Hkv * ((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock)) * 8 *
+            detail::kBwdBlock / 2;
+  s.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk)) * p.D * p.D);
+  return s;
+}
+// The forward-statistics regions of `stats` in the kernels' parameters (u, ku shared with the backward).
+void set_stats_params(KernelParams* kp, const Problem& p, void* stats) {
+  const StatsLayout l = stats_layout(p);
+  float* base = static_cast<float*>(stats);
+  kp->fwd_stats = base;
+  kp->u = base + l.rows;
+  kp->ku = reinterpret_cast<__nv_bfloat16*>(kp->u + l.u);
+  kp->ku_tiles = reinterpret_cast<__nv_bfloat16*>(base + l.rows + l.u + l.ku);
 }
 
 // The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
@@ -567,22 +608,64 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   }
   const bool auto_forward = wgmma == -1;
   if (auto_forward) wgmma = 2;  // v2.2 where it applies (forward_variant takes v1 for fp32 and unaligned rows)
+  const bool stats = p.forward_stats != nullptr;
+  if (stats) {
+    if (!forward_stats_apply(p)) {
+      return fail(ErrorCode::kUnsupported,
+                  "forward_stats (thresh-lowrank's statistics from the forward) need variant gproj with projection "
+                  "thresh-lowrank, the v2.2 forward and the v3.1 / v3.2 backward (auto or chosen), not deterministic, "
+                  "no dK compensation");
+    }
+    if (!tc) return fail(ErrorCode::kUnsupported, "forward_stats need 16-byte aligned rows of q, k, v");
+    if (p.forward_workspace == nullptr) {
+      return fail(ErrorCode::kInvalidArgument, "forward_stats need forward_workspace (forward_workspace_bytes)");
+    }
+  }
   detail::TmaMaps maps{};
   if (wgmma == 2 && tc && p.params.variant != Variant::kFp32) {
     for (Status s :
          {tensor_map(&maps.q, q, p.B, p.Nq, p.H, p.D, "q"), tensor_map(&maps.k, k, p.B, p.Nk, p.Hkv, p.D, "k"),
           tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
       if (s.ok) continue;
-      if (!auto_forward) return s;
+      if (!auto_forward || stats) return s;
       wgmma = 0;  // the driver refused a descriptor (e.g. zero strides): auto mode takes v1
       break;
     }
   }
-  return p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
-                   : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
+  if (stats) {  // K's basis, bf16(K U) and its tiles, then the v2.3 forward, all on the caller's stream
+    set_stats_params(&kp, p, p.forward_stats);
+    kp.gram = static_cast<float*>(p.forward_workspace);
+    const dim3 tgrid((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock, p.Hkv, p.B);
+    Status s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, false) : lowrank_prepass<128, false>(kp, st, false);
+    if (s.ok) {
+      s = p.D == 64 ? launch(detail::ku_kernel<64, false, true>, tgrid, 0, st, kp, "thresh-lowrank K U tiles",
+                             detail::kBwdThreads)
+                    : launch(detail::ku_kernel<128, false, true>, tgrid, 0, st, kp, "thresh-lowrank K U tiles",
+                             detail::kBwdThreads);
+    }
+    if (!s.ok) return s;
+  }
+  Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
+                       : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
+  if (s.ok && stats) s.kernels += " (+ thresh-lowrank basis and K U tiles)";
+  return s;
 }
 
 size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }
+
+bool forward_stats_apply(const Problem& p) {
+  const FlashParams& f = p.params;
+  return f.variant == Variant::kGproj && f.forward_stats && effective_projection(f) == Projection::kThreshLowRank &&
+         (f.cuda_wgmma_forward == -1 || f.cuda_wgmma_forward == 2) &&
+         (f.cuda_backward_wgmma == -1 || f.cuda_backward_wgmma == 2 || f.cuda_backward_wgmma == 3) &&
+         !f.deterministic && f.cuda_backward_warps == 4 && f.dk_compensation_rank == 0 && (p.D == 64 || p.D == 128);
+}
+
+size_t forward_stats_bytes(const Problem& p) { return forward_stats_apply(p) ? stats_layout(p).bytes() : 0; }
+
+size_t forward_workspace_bytes(const Problem& p) {
+  return forward_stats_apply(p) ? sizeof(float) * stats_layout(p).gram : 0;
+}
 
 size_t backward_workspace_row_stride(const Problem& p) { return layout(p).row; }
 
@@ -705,11 +788,22 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
                 "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of "
                 "q, k, v, do; the reference kernels for other rows implement projection pweighted");
   }
+  // v3.9: P (K U), s_i, U and bf16(K U) from the forward (Problem::forward_stats); no basis pre-pass here.
+  const bool fwd_stats = p.forward_stats != nullptr;
+  if (fwd_stats) {
+    if (!forward_stats_apply(p) || (wg_version != 2 && wg_version != 3)) {
+      return fail(ErrorCode::kUnsupported,
+                  "forward_stats need variant gproj with projection thresh-lowrank on the v3.1 / v3.2 backward "
+                  "(not deterministic, no dK compensation; the TMA descriptors must be accepted)");
+    }
+    set_stats_params(&kp, p, p.forward_stats);
+    *kernels += ", statistics from the forward";
+  }
   // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the memsets and the delta preprocess:
   // they read only q or k and write regions nothing else uses before the join (the Gram partials are stored
   // whole, so they need no zeroing).
   PrepassJoins joins{st};
-  if (thresh) {
+  if (thresh && !fwd_stats) {
     const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
     Status s = fork_prepass(st, 0, &joins.k, [&](cudaStream_t ss) {
       return p.D == 64 ? lowrank_prepass<64, false>(kp, ss, project) : lowrank_prepass<128, false>(kp, ss, project);
@@ -729,6 +823,11 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     if (cudaMemsetAsync(workspace, 0, sizeof(float) * zero_words, st) != cudaSuccess ||
         (thresh && cudaMemsetAsync(kp.list_count, 0, sizeof(float) * w.thresh_zeroed(), st) != cudaSuccess)) {
       return last_error("workspace memset");
+    }
+    // v3.9: the records start as the forward's (P (K U), s_i; r_i zero), and the main kernel adds r_i.
+    if (fwd_stats && cudaMemcpyAsync(kp.pku, kp.fwd_stats, sizeof(float) * w.pku, cudaMemcpyDeviceToDevice, st) !=
+                         cudaSuccess) {
+      return last_error("forward statistics copy");
     }
   }
   constexpr int kPost = 256;

@@ -235,9 +235,12 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
 
 // ku[b, hk, j] = bf16(K_j U): a tile of 64 keys staged in shared memory (16-byte loads), two threads per key
 // with 4 of the 8 columns each; grid (ceil(Nk / 64), Hkv, B), 128 threads (kQ: qu = bf16(Q U_q), grid
-// (ceil(Nq / 64), H, B)).
-template <int D, bool kQ = false>
+// (ceil(Nq / 64), H, B)). kTiles (the v2.3 forward's statistics): also the block's tile image in p.ku_tiles,
+// [8][64] bf16(K U)^T with ones in row kStatS and zeros in row kStatR and past Nk, stored as the 128B-swizzled
+// shared tile (sw128_offset) that the forward copies in whole.
+template <int D, bool kQ = false, bool kTiles = false>
 __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
+  static_assert(!kTiles || !kQ, "tiles of K U only");
   __shared__ __align__(128) bf16_t sK[kBwdBlock * D];
   __shared__ __align__(16) float su[D * kLowRank];
   const LowRankRows<kQ> rows(p);
@@ -252,6 +255,13 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   cp_async_wait<0>();
   __syncthreads();
   const int r = threadIdx.x >> 1, c0 = (threadIdx.x & 1) * 4;
+  if constexpr (kTiles) {
+    if (r >= count) {  // keys past Nk: zero columns, no ones (their P is zero anyway)
+      bf16_t* tile = p.ku_tiles + ((static_cast<int64_t>(b) * p.Hkv + hk) * gridDim.x + blockIdx.x) * 8 * kBwdBlock;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) tile[sw128_offset(c0 + c, r, 8)] = __float2bfloat16_rn(0.0f);
+    }
+  }
   if (r >= count) return;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   // Eight elements of the key per 16-byte load, four columns of U per 16-byte (broadcast) load: shared memory
@@ -275,6 +285,12 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
     for (int c = 0; c < 4; ++c) acc[c] = c0 + c < kTailRank ? acc[c] : 0.0f;
   }
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
+  if constexpr (kTiles) {
+    bf16_t* tile = p.ku_tiles + ((static_cast<int64_t>(b) * p.Hkv + hk) * gridDim.x + blockIdx.x) * 8 * kBwdBlock;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      tile[sw128_offset(c0 + c, r, 8)] = __float2bfloat16_rn(c0 + c == kStatS ? 1.0f : acc[c]);
+  }
 }
 
 // Sums each of v[0..7] over a group of kLanes lanes, the whole warp (32) or each half-warp (16, v1.31: two rows
@@ -402,9 +418,8 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   const int sub = lane % kLanes;
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const int d0 = sub * kV;
-  const float s = __shfl_sync(0xffffffffu, x.rec, kStatS, kLanes),
+  const float s_rec = __shfl_sync(0xffffffffu, x.rec, kStatS, kLanes),
               rsum = __shfl_sync(0xffffffffu, x.rec, kStatR, kLanes);
-  const float c = s > 0.0f ? rsum / s : 0.0f;
   const int cnt = valid ? x.cnt : 0;
   // The loops' bound: the row's count, or the larger of the two rows' (warp-uniform either way).
   const int cnt_all = kLanes == 32 ? cnt : max(cnt, __shfl_xor_sync(0xffffffffu, cnt, 16));
@@ -469,6 +484,10 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   }
   const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
   const int n_rest = n_vis - cnt;
+  // A row whose visible keys are all listed: s_i = its listed mass (the CPU's rule; its dS' sums to zero exactly
+  // also with s_i from the forward, docs/gproj-forward-stats.md).
+  const float s = n_rest > 0 ? s_rec : mass;
+  const float c = s > 0.0f ? rsum / s : 0.0f;
   const float rest = valid && s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
   // Lane owns kV consecutive columns d0.. (one vector access each: the dQ store and the dK atomics); per element
   // the same operations in the same order as one column at a time.

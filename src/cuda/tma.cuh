@@ -76,6 +76,16 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       : "memory");
 }
 
+// A 1-D bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global into shared memory,
+// completing `bytes` on `bar`. One thread issues it. The forward's K U tiles (v2.3), stored pre-swizzled.
+__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // Barrier of the 128 threads of one warpgroup (ids 1.. ; 0 is __syncthreads).
 __device__ __forceinline__ void wg_bar_sync(int id) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");

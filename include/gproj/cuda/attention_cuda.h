@@ -29,6 +29,12 @@ struct Problem {
   FlashParams params;       // variant, causal, beta, projection; block sizes are the kernel's own
   bool row_stats = false;   // backward: also sum r_i, s_i for variants without a projection (the audit's
                             // max |r_i|; the first floats of the workspace after delta), at some cost
+  // gproj with thresh-lowrank (docs/gproj-forward-stats.md): the forward's row statistics. forward(): when not
+  // null, also forms K's basis and writes each row's P (K U) and s_i here (forward_stats_bytes(p) bytes; needs
+  // forward_workspace, forward_workspace_bytes(p) bytes of scratch). backward(): when not null, reads them from
+  // the same forward instead of forming them (faster). Where forward_stats_apply(p) is false both refuse it.
+  void* forward_stats = nullptr;
+  void* forward_workspace = nullptr;
 };
 
 // Whether this build has the kernels and a device is visible; when not, `why` says what is missing.
@@ -44,6 +50,15 @@ DeviceInfo device_info();
 // o_fp32 (B, Nq, H, D) FP32 may be null; when given it receives acc / l before the BF16 rounding.
 Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                const DeviceTensor& o, const DeviceTensor& lse, const DeviceTensor& o_fp32, void* stream);
+
+// Whether this problem's forward and backward can carry thresh-lowrank's statistics (Problem::forward_stats):
+// variant gproj, projection thresh-lowrank, the v2.2 forward and the v3.1 / v3.2 backward by choice or auto
+// (not deterministic, no dK compensation), D 64 or 128. The tensors' rows must also be 16-byte aligned.
+bool forward_stats_apply(const Problem& p);
+// Bytes of Problem::forward_stats (the rows' records, U, bf16(K U) and its tiles; kept from forward to backward)
+// and of Problem::forward_workspace (the Gram matrices, needed during forward() only).
+size_t forward_stats_bytes(const Problem& p);
+size_t forward_workspace_bytes(const Problem& p);
 
 // Bytes of scratch memory backward() needs for this problem (FP32 accumulators, row statistics).
 size_t backward_workspace_bytes(const Problem& p);

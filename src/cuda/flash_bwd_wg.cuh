@@ -149,12 +149,13 @@ __device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t*
 // Bench-only ablation (CMake -DGPROJ_ABLATE=N, `ABLATE=N scripts/pack_bench.sh REV`): each bit removes one part
 // of thresh-lowrank's work from this kernel so that a bench can time it; the gradients are then wrong, and the
 // bench says so. 1: the statistics product (the record is zero), 2: bf16(P) into shared memory, 4: the record
-// atomics, 8: the large-entry test and the list appends. 0 (every normal build) changes nothing.
+// atomics, 8: the large-entry test and the list appends; 16 is the forward's (flash_fwd_wg.cuh). 0 (every normal
+// build) changes nothing.
 #ifndef GPROJ_ABLATE
 #define GPROJ_ABLATE 0
 #endif
 constexpr int kAblate = GPROJ_ABLATE;
-static_assert(kAblate >= 0 && kAblate < 16, "GPROJ_ABLATE is a 4-bit mask");
+static_assert(kAblate >= 0 && kAblate < 32, "GPROJ_ABLATE is a 5-bit mask (16: the forward's, flash_fwd_wg.cuh)");
 
 // kStats: also add the row sums of bf16(dS) to r_i (p.rowsum; the audit's max |r_i|), for baseline and fwdfix.
 // kThresh (v3.1 only): the main kernel of gproj's thresh-lowrank projection, as v1's kThresh: r_i, s_i, P (K U)
@@ -602,11 +603,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
       }
 #pragma unroll
-      for (int kin = 0; kin < kDqSteps; ++kin) {
+      for (int t = 0; t < kDqSteps; ++t) {
+        // kFwdStats with v3.2: warpgroup w takes its own keys' steps (4 w ..) first, so that steps 0-3 are the n72
+        // ones in both warpgroups: the shape of every step is then known at compile time (a runtime choice between
+        // n72 and n64 made ptxas serialise all wgmmas of the kernel: C7520, backward +20%).
+        const int kin = kFwdStats && kSplit ? (t + 4 * wg) & 7 : t;
         const bf16_t* a = kSplit ? sdS_it + (kin >> 2) * BQ * 64 + (kin & 3) * 16 : sdS_it + wg * BQ * 64 + kin * 16;
         const bf16_t* bk = kSplit ? sK + nb * BK * 64 + kin * 16 * 64 : kw(nb) + kin * 16 * 64;
         if constexpr (kFwdStats) {
-          if (with_r && (!kSplit || (kin >> 2) == wg)) {
+          if (kSplit ? t < 4 : with_r) {
             // N-block 1 (columns 64-71) at bk + the descriptor's N-block stride: row (kin % 4) 16 .. of sOnes.
             // `first`: the byte offset from sK of this warpgroup's first n72 step's B rows.
             const uint32_t first = (kSplit ? wg * (BK * 64 + 64 * 64) : wg * 64 * 64) * sizeof(bf16_t);

@@ -21,6 +21,13 @@ namespace gproj::cuda::detail {
 
 constexpr int kWgRows = 128, kWgThreads = 256, kWgStages = 3;
 
+// Bench-only ablation (CMake -DGPROJ_ABLATE, see flash_bwd_wg.cuh): bit 16 drops v2.3's statistics products (the
+// records are then zero and gproj's gradients wrong); the K U tiles are still loaded.
+#ifndef GPROJ_ABLATE
+#define GPROJ_ABLATE 0
+#endif
+constexpr bool kFwdAblateStats = (GPROJ_ABLATE & 16) != 0;
+
 template <int D, bool kStats = false>
 constexpr size_t fwd_wg_smem_bytes() {
   // + 1024: tiles realigned to 1024 B; + 64: v2.2's mbarriers; v2.3 (kStats): a 1 KB K U tile per stage
@@ -225,7 +232,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const uint64_t db = wg_desc_advance(v_desc0, nb * BK * 64 + kk * 16 * 64);
         wgmma_rs_n64<1>(o[nb], pf[kk], db, 1);
       }
-    if constexpr (kStats) {  // the record's columns: B = the block's [8][64] tile, K = keys (K-major)
+    if constexpr (kStats && !kFwdAblateStats) {  // the record's columns: B = the block's [8][64] tile, K = keys
       const uint64_t ku_desc0 = wg_desc_kmajor(sKU + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * 8 * BK);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wgmma_rs_n8(kus, pf[kk], wg_desc_advance(ku_desc0, kk * 16));

@@ -56,10 +56,11 @@ struct FlashParams {
                                        // kThreshLowRank; CUDA: 6, docs/gproj-projection.md)
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
   int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
-  bool forward_stats = true;           // Projection::kThreshLowRank: P (K U) and s_i from the forward's bf16(P)
-                                       // (the CUDA forward forms them beside O; docs/gproj-forward-stats.md);
-                                       // false: from the backward's bf16(P) (the form before session 12, and
-                                       // what the CUDA kernels without the forward's statistics compute)
+  bool forward_stats = false;          // Projection::kThreshLowRank, opt-in: P (K U) and s_i from the forward's
+                                       // bf16(P) (the CUDA forward v2.3 forms them beside O, the backward v3.9
+                                       // only r_i; docs/gproj-forward-stats.md). CUDA: where
+                                       // cuda::forward_stats_apply (v2.2 forward, v3.1 / v3.2 backward), else
+                                       // the backward's own. false: from the backward's bf16(P)
   int dk_compensation_rank = 0;        // Variant::kGproj (experimental, off by default): dK gets back the BF16
                                        // rounding error of dS through the top-r eigenvectors of Q^T Q,
                                        // dK_j += sum_i bf16(dS_ij - bf16(dS_ij)) bf16(Q_i U) U^T

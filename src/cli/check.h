@@ -21,7 +21,7 @@ struct CheckOptions {
   bool deterministic = false;         // CUDA: no atomics in the backward (same bits every run)
   std::string projection;             // GProj's projection for the gproj variant; empty: the default
   int dk_compensation_rank = 0;       // FlashParams::dk_compensation_rank (gproj variant, CPU)
-  bool forward_stats = true;  // FlashParams::forward_stats (thresh-lowrank: --stats-from forward|backward)
+  bool forward_stats = false;  // FlashParams::forward_stats (thresh-lowrank: --stats-from forward|backward)
   bool quiet = false;                 // no progress on stderr
 };
 

@@ -13,7 +13,7 @@ struct RunOptions {
   bool deterministic = false;  // CUDA: no atomics in the backward
   std::string projection;      // GProj's projection for the gproj variant; empty: the default
   int dk_compensation_rank = 0;  // FlashParams::dk_compensation_rank (gproj variant, CPU)
-  bool forward_stats = true;  // FlashParams::forward_stats (thresh-lowrank: --stats-from forward|backward)
+  bool forward_stats = false;  // FlashParams::forward_stats (thresh-lowrank: --stats-from forward|backward)
 };
 
 // Writes o, lse, dq, dk, dv as F32 (exactly the values the variant produced) and provenance metadata.

@@ -17,7 +17,8 @@ namespace {
 void add_stats_from(CLI::App* cmd, bool& forward_stats) {
   cmd->add_option_function<std::string>(
          "--stats-from", [&forward_stats](const std::string& v) { forward_stats = v == "forward"; },
-         "thresh-lowrank: P (K U) and s_i from the forward's bf16(P) (forward, the default) or the backward's")
+         "thresh-lowrank: P (K U) and s_i from the backward's bf16(P) (backward, the default) or from the "
+         "forward's (forward: CUDA forward v2.3 and backward v3.9; docs/gproj-forward-stats.md)")
       ->check(CLI::IsMember({"forward", "backward"}));
 }
 }  // namespace

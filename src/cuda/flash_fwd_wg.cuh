@@ -22,11 +22,12 @@ namespace gproj::cuda::detail {
 constexpr int kWgRows = 128, kWgThreads = 256, kWgStages = 3;
 
 // Bench-only ablation (CMake -DGPROJ_ABLATE, see flash_bwd_wg.cuh): bit 16 drops v2.3's statistics products (the
-// records are then zero and gproj's gradients wrong); the K U tiles are still loaded.
+// records are then zero and gproj's gradients wrong), bit 32 the K U tiles' copies (with 16: v2.3's extra
+// registers, rescale and epilogue alone).
 #ifndef GPROJ_ABLATE
 #define GPROJ_ABLATE 0
 #endif
-constexpr bool kFwdAblateStats = (GPROJ_ABLATE & 16) != 0;
+constexpr bool kFwdAblateStats = (GPROJ_ABLATE & 16) != 0, kFwdAblateTiles = (GPROJ_ABLATE & 32) != 0;
 
 template <int D, bool kStats = false>
 constexpr size_t fwd_wg_smem_bytes() {
@@ -93,13 +94,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   const auto tma_kv = [&](int jb) {  // v2.2, thread 0: K, V of block jb into stage jb % 3 (rows past Nk: zeros)
     const int st = jb % kWgStages;
-    mbar_arrive_expect_tx(&full[st], 2 * BK * D * sizeof(bf16_t) + (kStats ? 8 * BK * sizeof(bf16_t) : 0));
+    mbar_arrive_expect_tx(&full[st],
+                          2 * BK * D * sizeof(bf16_t) + (kStats && !kFwdAblateTiles ? 8 * BK * sizeof(bf16_t) : 0));
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
       tma_load_4d(sK + st * BK * D + nb * BK * 64, &maps.k, nb * 64, hk, jb * BK, b, &full[st]);
       tma_load_4d(sV + st * BK * D + nb * BK * 64, &maps.v, nb * 64, hk, jb * BK, b, &full[st]);
     }
-    if constexpr (kStats) {
+    if constexpr (kStats && !kFwdAblateTiles) {
       const int64_t tile = (static_cast<int64_t>(b) * p.Hkv + hk) * ((p.Nk + BK - 1) / BK) + jb;
       bulk_load_1d(sKU + st * 8 * BK, p.ku_tiles + tile * 8 * BK, 8 * BK * sizeof(bf16_t), &full[st]);
     }

@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "cpu/test_support.h"
+#include <cuda_runtime.h>
+
 #include "gproj/backend.h"
+#include "gproj/cuda/attention_cuda.h"
 #include "gproj/error.h"
 #include "gproj/stress.h"
 #include "gproj/synthetic.h"
@@ -198,6 +201,16 @@ TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank v" + std::to_string(version));
   }
+  // The statistics from the forward (v2.3 forward, v3.9 backward; the CPU emulator's forward_stats form).
+  p.forward_stats = true;
+  const VariantRun cpu_fs = run_variant(s, p, oracle, Device::kCpu);
+  for (int version : {2, 3}) {
+    p.cuda_backward_wgmma = version;
+    const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
+    EXPECT_NE(gpu.bwd.kernels.find("statistics from the forward"), std::string::npos) << gpu.bwd.kernels;
+    expect_matches_oracle_and_cpu(gpu, cpu_fs, ref, oracle, kBackward,
+                                  "thresh-lowrank, forward statistics, v" + std::to_string(version));
+  }
 }
 
 // dK compensation (FlashParams::dk_compensation_rank = 8; the v3.1 thresh-lowrank kernel at D = 64): the same
@@ -253,18 +266,23 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
   for (const StressCase& c : stress_suite(::gproj::default_data_dir())) {
     const AttentionState s = c.make();
     const OracleRun oracle = run_oracle(s);
-    FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
-    const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
-    for (int version : {0, 2, 3}) {  // the v1 kernel, v3.1 and v3.2 (the default at D = 128)
+    // The v1 kernel, v3.1 and v3.2 (the default at D = 128) with the backward's statistics; then v3.1 and v3.2
+    // with the forward's (v2.3 forward, v3.9 backward).
+    for (const auto& [forward_stats, version] : {std::pair{false, 0}, {false, 2}, {false, 3}, {true, 2}, {true, 3}}) {
+      FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+      p.forward_stats = forward_stats;
+      const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
       p.cuda_backward_wgmma = version;
       const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
-      std::printf("  %-24s cuda thresh-lowrank v%d dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%)\n", c.name.c_str(), version,
-                  100 * gpu.dq.rel_fro, 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro, 100 * cpu.dk.rel_fro);
+      const std::string what = c.name + " v" + std::to_string(version) + (forward_stats ? " (forward statistics)" : "");
+      std::printf("  %-24s cuda thresh-lowrank v%d%s dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%)\n", c.name.c_str(),
+                  version, forward_stats ? " fs" : "", 100 * gpu.dq.rel_fro, 100 * gpu.dk.rel_fro, 100 * cpu.dq.rel_fro,
+                  100 * cpu.dk.rel_fro);
       const double bar = c.group == "real" ? 0.003 : 0.005;
-      EXPECT_LE(gpu.dq.rel_fro, bar) << c.name << " v" << version;
-      EXPECT_LE(gpu.dk.rel_fro, bar) << c.name << " v" << version;
-      EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << c.name << " v" << version;
-      EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << c.name << " v" << version;
+      EXPECT_LE(gpu.dq.rel_fro, bar) << what;
+      EXPECT_LE(gpu.dk.rel_fro, bar) << what;
+      EXPECT_LE(gpu.dq.rel_fro, cpu.dq.rel_fro + bf16_rounding_error(oracle.bwd.dq.view()) / 3) << what;
+      EXPECT_LE(gpu.dk.rel_fro, cpu.dk.rel_fro + bf16_rounding_error(oracle.bwd.dk.view()) / 3) << what;
     }
   }
 }
@@ -400,18 +418,89 @@ TEST(Cuda, DefaultsNameTheKernelsThatRan) {
   for (int D : {64, 128}) {
     test::Case c{64, 64, 2, 2, D, true, 64, 64};
     const AttentionState s = test::state_for(c, 3);
-    const FlashParams p = test::params_for(Variant::kGproj);
+    FlashParams p = test::params_for(Variant::kGproj);
     const ForwardResult f = attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), p);
     const BackwardResult b = attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), f.o.view(),
                                                 f.o_fp32.view(), f.lse.view(), s.dout.view(), p);
     EXPECT_EQ(f.kernels, "forward v2.2 (wgmma, TMA)") << D;
-    EXPECT_EQ(b.kernels, D == 128 ? "backward v3.2 (wgmma, TMA, dQ columns split), thresh-lowrank"
-                                  : "backward v3.1 (wgmma, TMA), thresh-lowrank")
+    const std::string bwd = D == 128 ? "backward v3.2 (wgmma, TMA, dQ columns split), thresh-lowrank"
+                                     : "backward v3.1 (wgmma, TMA), thresh-lowrank";
+    EXPECT_EQ(b.kernels, bwd) << D;
+    // The statistics from the forward: the host path runs the v2.3 forward for them and says so.
+    p.forward_stats = true;
+    const BackwardResult bs = attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), f.o.view(),
+                                                 f.o_fp32.view(), f.lse.view(), s.dout.view(), p);
+    EXPECT_EQ(bs.kernels, bwd + ", statistics from the forward; statistics by forward v2.3 (wgmma, TMA, "
+                                "thresh-lowrank statistics) (+ thresh-lowrank basis and K U tiles)")
         << D;
     const ForwardResult f32 = attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(),
                                                 test::params_for(Variant::kFp32));
     EXPECT_EQ(f32.kernels, "forward v0 (FP32 CUDA cores)") << D;
   }
+}
+
+// The launch API's forward statistics (Problem::forward_stats): refused with a status naming the requirement where
+// they do not apply (another variant, a v1 backward, no forward workspace), never ignored.
+TEST(Cuda, ForwardStatisticsAreRefusedWhereTheyDoNotApply) {
+  GPROJ_REQUIRE_GPU();
+  cuda::Problem p;
+  p.B = 1, p.Nq = p.Nk = 64, p.H = p.Hkv = 1, p.D = 64;
+  p.softmax_scale = 0.125f;
+  p.params = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  p.params.forward_stats = true;
+  ASSERT_TRUE(cuda::forward_stats_apply(p));
+  const size_t n = 64 * 64;
+  void *q = nullptr, *o = nullptr, *lse = nullptr, *stats = nullptr, *fws = nullptr, *ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&q, n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&o, n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(q, 0, n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&lse, 64 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&stats, cuda::forward_stats_bytes(p)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&fws, cuda::forward_workspace_bytes(p)), cudaSuccess);
+  cuda::DeviceTensor t, tl, none;
+  t.data = q;
+  t.stride[0] = t.stride[1] = 64, t.stride[2] = 64, t.stride[3] = 1;
+  cuda::DeviceTensor to = t;
+  to.data = o;
+  tl.data = lse;
+  p.forward_stats = stats;
+  // No workspace for the Gram matrices.
+  cuda::Status st = cuda::forward(p, t, t, t, to, tl, none, nullptr);
+  EXPECT_FALSE(st.ok);
+  EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message.find("forward_workspace"), std::string::npos) << st.message;
+  p.forward_workspace = fws;
+  st = cuda::forward(p, t, t, t, to, tl, none, nullptr);
+  EXPECT_TRUE(st.ok) << st.message;
+  EXPECT_NE(st.kernels.find("forward v2.3"), std::string::npos) << st.kernels;
+  // Another variant, and the v1 backward: refused.
+  cuda::Problem base = p;
+  base.params.variant = Variant::kBaseline;
+  EXPECT_FALSE(cuda::forward_stats_apply(base));
+  EXPECT_EQ(cuda::forward_stats_bytes(base), 0u);
+  st = cuda::forward(base, t, t, t, to, tl, none, nullptr);
+  EXPECT_FALSE(st.ok);
+  EXPECT_EQ(st.code, ErrorCode::kUnsupported);
+  EXPECT_NE(st.message.find("forward_stats"), std::string::npos) << st.message;
+  cuda::Problem v1 = p;
+  v1.params.cuda_backward_wgmma = 0;
+  ASSERT_EQ(cudaMalloc(&ws, cuda::backward_workspace_bytes(v1)), cudaSuccess);
+  void* g = nullptr;
+  ASSERT_EQ(cudaMalloc(&g, 3 * n * 2), cudaSuccess);
+  cuda::DeviceTensor dq = t, dk = t, dv = t;
+  dq.data = g;
+  dk.data = static_cast<char*>(g) + n * 2;
+  dv.data = static_cast<char*>(g) + 2 * n * 2;
+  st = cuda::backward(v1, t, t, t, to, none, tl, t, dq, dk, dv, ws, nullptr);
+  EXPECT_FALSE(st.ok);
+  EXPECT_EQ(st.code, ErrorCode::kUnsupported);
+  EXPECT_NE(st.message.find("forward_stats"), std::string::npos) << st.message;
+  // And where they apply, the backward takes them.
+  st = cuda::backward(p, t, t, t, to, none, tl, t, dq, dk, dv, ws, nullptr);
+  EXPECT_TRUE(st.ok) << st.message;
+  EXPECT_NE(st.kernels.find("statistics from the forward"), std::string::npos) << st.kernels;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (void* ptr : {q, o, lse, stats, fws, ws, g}) cudaFree(ptr);
 }
 
 TEST(Cuda, UnsupportedRequestsAreErrors) {

@@ -212,8 +212,13 @@ int main(int argc, char** argv) {
           p.params.cuda_backward_wgmma = cfg.wgmma_backward;
           p.params.dk_compensation_rank = cfg.dk_rank;
           p.params.causal = causal;
+          p.params.forward_stats = cfg.fwd_stats;
           void *ws, *stats = nullptr, *fws = nullptr;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));
+          if (cfg.fwd_stats && !cuda::forward_stats_apply(p)) {
+            std::fprintf(stderr, "%s: the forward statistics do not apply to this problem\n", cfg.label);
+            std::exit(2);
+          }
           if (cfg.fwd_stats) {
             CHECK(cudaMalloc(&stats, cuda::forward_stats_bytes(p)));
             CHECK(cudaMalloc(&fws, cuda::forward_workspace_bytes(p)));

@@ -52,8 +52,8 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
 // stage, completed by the copies, and empty per stage, one arrival per warp once its P V of the block is done),
 // and no CTA-wide barrier remains in the loop: the two warpgroups drift apart, as in the backward's v3.1.
 // kStats (v2.3, on v2.2; gproj with thresh-lowrank): thresh-lowrank's row statistics ride on P V. Beside each
-// 64-key block's K, V the producer loads that block's bf16(K U)^T tile with a row of ones (p.ku_tiles: 8 x 64,
-// the 1 KB image of the swizzled shared tile), and each warpgroup adds bf16(P) [K U | 1 | 0] with one m64n8k16
+// 64-key block's K, V the producer loads that block's bf16(K U)^T tile with a row of ones (p.ku_tiles through
+// the tensor map maps.ku: [8][64], 128B-swizzled, keys past Nk zero), and each warpgroup adds bf16(P) [K U | 1 | 0] with one m64n8k16
 // product per 16 keys, rescaled with O. The epilogue divides by l like O and writes the row's record
 // (p.fwd_stats): P (K U) in columns 0-5 and s_i = sum_j bf16(P)_ij in column kStatS, from the same bf16(P) as
 // O. The backward (v3.9) then forms only r_i (docs/gproj-forward-stats.md).
@@ -101,10 +101,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       tma_load_4d(sK + st * BK * D + nb * BK * 64, &maps.k, nb * 64, hk, jb * BK, b, &full[st]);
       tma_load_4d(sV + st * BK * D + nb * BK * 64, &maps.v, nb * 64, hk, jb * BK, b, &full[st]);
     }
-    if constexpr (kStats && !kFwdAblateTiles) {
-      const int64_t tile = (static_cast<int64_t>(b) * p.Hkv + hk) * ((p.Nk + BK - 1) / BK) + jb;
-      bulk_load_1d(sKU + st * 8 * BK, p.ku_tiles + tile * 8 * BK, 8 * BK * sizeof(bf16_t), &full[st]);
-    }
+    if constexpr (kStats && !kFwdAblateTiles) tma_load_4d(sKU + st * 8 * BK, &maps.ku, jb * BK, 0, hk, b, &full[st]);
   };
   if constexpr (kTma) {
     init_load_ring(full, empty, kWgStages, kWgThreads / 32, q_full);

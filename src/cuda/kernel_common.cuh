@@ -60,8 +60,8 @@ struct KernelParams {
   // thresh-lowrank with the forward's statistics (v2.3 forward, v3.9 backward; docs/gproj-forward-stats.md)
   float* fwd_stats;                  // forward: (B, H, Nq, 8) P (K U) (columns 0-5) and s_i (kStatS) of each row,
                                      // from the forward's own bf16(P); column kStatR zero
-  __nv_bfloat16* ku_tiles;           // forward: (B, Hkv, ceil(Nk / 64), 8 x 64) bf16(K U)^T plus a row of ones
-                                     // (kStatS), each 64-key block the 1 KB image of its swizzled shared tile
+  __nv_bfloat16* ku_tiles;           // forward: (B, Hkv, 8, Nk rounded up to 8) bf16(K U)^T plus a row of ones
+                                     // (kStatS), loaded as [8][64] tiles through TmaMaps::ku
   float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
   float* suffix;                     // (B, H, D): the total sum_i rest_i Q_i per head (thresh, not causal)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i

@@ -283,6 +283,25 @@ Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 gr
                      "backward main, wgmma", k, maps);
 }
 
+// The v2.3 forward's map of bf16(K U)^T (TmaMaps::ku): (Nk, 8, Hkv, B), boxes of 64 keys x 8 rows, 128B-swizzled.
+Status ku_tiles_map(CUtensorMap* map, void* tiles, const Problem& p) {
+  const EncodeTiledFn encode = encode_tiled();
+  if (encode == nullptr) return fail(ErrorCode::kDevice, "cuTensorMapEncodeTiled is not available from the driver");
+  const cuuint64_t ld = static_cast<cuuint64_t>((p.Nk + 7) / 8 * 8) * 2;  // bytes per row of 8
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.Nk), 8, static_cast<cuuint64_t>(p.Hkv),
+                              static_cast<cuuint64_t>(p.B)};
+  const cuuint64_t strides[3] = {ld, 8 * ld, 8 * ld * static_cast<cuuint64_t>(p.Hkv)};
+  const cuuint32_t box[4] = {64, 8, 1, 1}, unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, tiles, dims, strides, box, unit,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return fail(ErrorCode::kDevice, "TMA descriptor of the K U tiles rejected by the driver (CUresult " +
+                                        std::to_string(static_cast<int>(r)) + ")");
+  }
+  return {};
+}
+
 // v3.1's TMA descriptors of q, do, k, v (before any kernel runs, so that auto mode can fall back to v1).
 Status bwd_tma_maps(detail::TmaMaps* maps, const Problem& p, const DeviceTensor& q, const DeviceTensor& k,
                     const DeviceTensor& v, const DeviceTensor& dout) {
@@ -390,8 +409,8 @@ Workspace layout(const Problem& p) {
 }
 
 // Problem::forward_stats, 4-byte words: rows (B H Nq padded as Workspace::row, x 8: the records, column kStatR
-// zero) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16) | ku_tiles (B Hkv ceil(Nk / 64) x 8 x 64 BF16). Every region starts
-// on a 16-byte boundary (the tiles are bulk-copied). Problem::forward_workspace: the Gram partials.
+// zero) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16) | ku_tiles (B Hkv 8 Nk' BF16, Nk' = Nk rounded up to 8: TMA's
+// 16-byte strides). Every region starts on a 16-byte boundary. Problem::forward_workspace: the Gram partials.
 struct StatsLayout {
   size_t rows = 0, u = 0, ku = 0, tiles = 0, gram = 0;
   size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles); }
@@ -402,8 +421,7 @@ StatsLayout stats_layout(const Problem& p) {
   s.rows = w.row * detail::kLowRank;
   s.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
   s.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
-  s.tiles = static_cast<size_t>(p.B * p.Hkv * ((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock)) * 8 *
-            detail::kBwdBlock / 2;
+  s.tiles = static_cast<size_t>(p.B * p.Hkv * 8 * ((p.Nk + 7) / 8 * 8)) / 2;
   s.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk)) * p.D * p.D);
   return s;
 }
@@ -634,6 +652,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   }
   if (stats) {  // K's basis, bf16(K U) and its tiles, then the v2.3 forward, all on the caller's stream
     set_stats_params(&kp, p, p.forward_stats);
+    if (Status s = ku_tiles_map(&maps.ku, kp.ku_tiles, p); !s.ok) return s;
     kp.gram = static_cast<float*>(p.forward_workspace);
     const dim3 tgrid((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock, p.Hkv, p.B);
     Status s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, false) : lowrank_prepass<128, false>(kp, st, false);

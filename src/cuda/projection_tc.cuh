@@ -235,9 +235,9 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
 
 // ku[b, hk, j] = bf16(K_j U): a tile of 64 keys staged in shared memory (16-byte loads), two threads per key
 // with 4 of the 8 columns each; grid (ceil(Nk / 64), Hkv, B), 128 threads (kQ: qu = bf16(Q U_q), grid
-// (ceil(Nq / 64), H, B)). kTiles (the v2.3 forward's statistics): also the block's tile image in p.ku_tiles,
-// [8][64] bf16(K U)^T with ones in row kStatS and zeros in row kStatR and past Nk, stored as the 128B-swizzled
-// shared tile (sw128_offset) that the forward copies in whole.
+// (ceil(Nq / 64), H, B)). kTiles (the v2.3 forward's statistics): also bf16(K U)^T into p.ku_tiles, (B, Hkv, 8,
+// Nk rounded up to 8), with ones in row kStatS and zeros in row kStatR; the forward loads [8][64] tiles of it
+// through a tensor map (keys past Nk read as zeros).
 template <int D, bool kQ = false, bool kTiles = false>
 __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   static_assert(!kTiles || !kQ, "tiles of K U only");
@@ -255,13 +255,6 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   cp_async_wait<0>();
   __syncthreads();
   const int r = threadIdx.x >> 1, c0 = (threadIdx.x & 1) * 4;
-  if constexpr (kTiles) {
-    if (r >= count) {  // keys past Nk: zero columns, no ones (their P is zero anyway)
-      bf16_t* tile = p.ku_tiles + ((static_cast<int64_t>(b) * p.Hkv + hk) * gridDim.x + blockIdx.x) * 8 * kBwdBlock;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) tile[sw128_offset(c0 + c, r, 8)] = __float2bfloat16_rn(0.0f);
-    }
-  }
   if (r >= count) return;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   // Eight elements of the key per 16-byte load, four columns of U per 16-byte (broadcast) load: shared memory
@@ -286,10 +279,10 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   }
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
   if constexpr (kTiles) {
-    bf16_t* tile = p.ku_tiles + ((static_cast<int64_t>(b) * p.Hkv + hk) * gridDim.x + blockIdx.x) * 8 * kBwdBlock;
+    const int64_t ld = (p.Nk + 7) / 8 * 8;
+    bf16_t* t = p.ku_tiles + (static_cast<int64_t>(b) * p.Hkv + hk) * 8 * ld + j0 + r;
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-      tile[sw128_offset(c0 + c, r, 8)] = __float2bfloat16_rn(c0 + c == kStatS ? 1.0f : acc[c]);
+    for (int c = 0; c < 4; ++c) t[(c0 + c) * ld] = __float2bfloat16_rn(c0 + c == kStatS ? 1.0f : acc[c]);
   }
 }
 

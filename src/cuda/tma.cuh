@@ -11,9 +11,10 @@ namespace gproj::cuda::detail {
 
 // TMA descriptors of an attention's inputs (launch.cu): (D, heads, rows, B) views of Q, dO (H, Nq) and K, V
 // (Hkv, Nk), boxes of 64 columns x 64 rows, 128B-swizzled (the sw128 tile layout of wgmma.cuh). The forward
-// leaves dout unset.
+// leaves dout unset. ku (the v2.3 forward's statistics only): the (Nk, 8, Hkv, B) view of bf16(K U)^T and its row
+// of ones, boxes of 64 keys x 8 rows, 128B-swizzled (one [8][64] K-major B tile per key block).
 struct TmaMaps {
-  CUtensorMap q, dout, k, v;
+  CUtensorMap q, dout, k, v, ku;
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -73,16 +74,6 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
       "[%6];\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// A 1-D bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global into shared memory,
-// completing `bytes` on `bar`. One thread issues it. The forward's K U tiles (v2.3), stored pre-swizzled.
-__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
 

@@ -75,6 +75,56 @@ TEST(Projection, EffectiveRowsSumToZeroAndDkColumnsCancel) {
   }
 }
 
+bool same_bits(const Tensor<bf16>& x, const Tensor<bf16>& y) {
+  return std::equal(x.values.begin(), x.values.end(), y.values.begin(), y.values.end(),
+                    [](bf16 a, bf16 b) { return a.bits == b.bits; });
+}
+
+// thresh-lowrank with P (K U) and s_i from the forward (FlashParams::forward_stats; docs/gproj-forward-stats.md):
+// the forward's bf16(P) differs from the backward's by rounding flips, so the effective rows must still sum to zero
+// within the same roundings (rows whose visible keys are all listed take their listed mass as s_i), the errors
+// against float64 must stay where the backward's statistics put them, and the two forms' dQ must differ by far
+// less than one output rounding. Causal (rows with few visible keys, all listed) and not, on the shared-key
+// state, a sink state and a real captured state.
+TEST(Projection, ForwardStatisticsKeepTheRowSumsAndTheErrors) {
+  std::vector<std::pair<std::string, AttentionState>> states;
+  states.emplace_back("shared keys, causal", shared_key_state(true));
+  states.emplace_back("shared keys", shared_key_state(false));
+  states.emplace_back("sink-ties-large", stress_suite(::gproj::default_data_dir(), {"sink-ties-large"}).at(0).make());
+  states.emplace_back("real step 1000", load_state(::gproj::default_data_dir() + "/real_step1000_layer4.safetensors"));
+  for (const auto& [name, s] : states) {
+    const OracleRun oracle = run_oracle(s);
+    FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+    const VariantRun bwd_stats = run_variant(s, p, oracle);
+    p.forward_stats = true;
+    const VariantRun fwd_stats = run_variant(s, p, oracle);
+    std::printf("  %-20s dQ %.4f%% -> %.4f%%, dK %.4f%% -> %.4f%% (statistics from the backward -> forward)\n",
+                name.c_str(), 100 * bwd_stats.dq.rel_fro, 100 * fwd_stats.dq.rel_fro, 100 * bwd_stats.dk.rel_fro,
+                100 * fwd_stats.dk.rel_fro);
+    const double roundings = 2 * FlashParams{}.thresh_k + 4;  // as EffectiveRowsSumToZeroAndDkColumnsCancel
+    for (size_t i = 0; i < fwd_stats.bwd.rowsum.values.size(); ++i) {
+      ASSERT_LE(std::fabs(fwd_stats.bwd.rowsum_after.values[i]),
+                roundings * 0x1.0p-24 * std::fabs(fwd_stats.bwd.rowsum.values[i]) + 1e-30)
+          << name << " row " << i;
+    }
+    const double dq_unit = bf16_rounding_error(oracle.bwd.dq.view()), dk_unit = bf16_rounding_error(oracle.bwd.dk.view());
+    EXPECT_LE(std::fabs(fwd_stats.dq.rel_fro - bwd_stats.dq.rel_fro), dq_unit / 30) << name;
+    EXPECT_LE(std::fabs(fwd_stats.dk.rel_fro - bwd_stats.dk.rel_fro), dk_unit / 30) << name;
+    const Tensor<double> ref_dq = to_double(bwd_stats.bwd.dq.view());
+    EXPECT_LE(compare(fwd_stats.bwd.dq.view(), ref_dq.view()).rel_fro, dq_unit / 3) << name;
+    EXPECT_FALSE(same_bits(fwd_stats.bwd.dq, bwd_stats.bwd.dq)) << name << ": the forward's statistics were not used";
+  }
+  // Only thresh-lowrank takes them.
+  FlashParams pw = test::params_for(Variant::kGproj, Projection::kPWeighted);
+  pw.forward_stats = true;
+  const AttentionState s = shared_key_state(false);
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun a = run_variant(s, pw, oracle);
+  pw.forward_stats = false;
+  const VariantRun b = run_variant(s, pw, oracle);
+  EXPECT_TRUE(same_bits(a.bwd.dq, b.bwd.dq));
+}
+
 TEST(Projection, DefaultIsThreshLowRank) {
   // docs/gproj-projection.md: within every bar on both real states and every stress case, CPU and H200, at a
   // third of pweighted's backward overhead on the GPU (CheapFormsTrackFullPWeighting below checks it against

@@ -303,9 +303,9 @@ void RowProjection::topk_lowrank_finish() {
     float mass = 0.0f;
     for (; count < k_ && tj[count] >= 0; ++count) mass += tp[count];
     const int64_t n_rest = visible_count(i) - count;
-    // A row whose visible keys are all listed has no rest: its listed mass is its s_i, so that the row's dS' sums
-    // to zero exactly even where s_i came from the forward's bf16(P) (docs/gproj-forward-stats.md).
-    const float s = n_rest > 0 ? s_[i] : mass;
+    // With the forward's statistics, a row whose visible keys are all listed takes its listed mass as s_i, so that
+    // its dS' sums to zero exactly (docs/gproj-forward-stats.md); with the backward's the two are the same sum.
+    const float s = fwd_stats_ && n_rest <= 0 ? mass : s_[i];
     if (!(s > 0.0f)) continue;
     const float c = r_[i] / s;
     if (n_rest > 0) rest_coef[i] = c * (s - mass) / static_cast<float>(n_rest);

@@ -58,6 +58,7 @@ nlohmann::json variant_params_json(const FlashParams& p) {
       j["stats_from"] = p.forward_stats ? "forward" : "backward";
     }
     if (p.dk_compensation_rank != 0) j["dk_compensation_rank"] = p.dk_compensation_rank;
+    if (p.basis_key_stride != 1) j["basis_key_stride"] = p.basis_key_stride;
     if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) {
       j["lowrank_rank"] = p.lowrank_rank;
     }

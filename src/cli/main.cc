@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
   study_cmd->add_option("--rank", study.lowrank_rank, "rank of the low-rank projection")->check(CLI::Range(1, 256));
   study_cmd->add_option("--topk", study.topk, "k values of the top-k projection")->check(CLI::Range(1, 64));
   study_cmd->add_option("--block", study.block, "tile size (block_q = block_k)")->check(CLI::Range(1, 1024));
+  study_cmd->add_option("--basis-stride", study.basis_strides,
+                        "low-rank tails: the basis from every s-th block of 64 keys (values to compare; default 1)")
+      ->check(CLI::Range(1, 1024));
 
   try {
     app.parse(argc, argv);

@@ -64,7 +64,12 @@ int run_study(const StudyOptions& o, std::FILE* out) {
       for (int k : o.topk) {
         p.topk = k;
         p.thresh_k = k;
-        row(p, std::string("gproj / ") + projection_name(proj) + " k=" + std::to_string(k));
+        const bool has_basis = proj == Projection::kTopKLowRank || proj == Projection::kThreshLowRank;
+        for (int stride : has_basis ? o.basis_strides : std::vector<int>{1}) {
+          p.basis_key_stride = stride;
+          const std::string basis = stride > 1 ? " basis 1/" + std::to_string(stride) + " of keys" : "";
+          row(p, std::string("gproj / ") + projection_name(proj) + " k=" + std::to_string(k) + basis);
+        }
       }
     }
   }

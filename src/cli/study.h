@@ -14,6 +14,7 @@ struct StudyOptions {
   int lowrank_rank = 6;
   std::vector<int> topk{1, 2, 4, 8};  // the k values of the top-k projection to compare
   int block = 64;                   // block_q = block_k
+  std::vector<int> basis_strides{1};  // FlashParams::basis_key_stride values for the low-rank tails' rows
 };
 
 int run_study(const StudyOptions& options, std::FILE* out);

@@ -112,7 +112,8 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       dVacc.assign(dKacc.size(), 0.0f);
       cpu::HeadView head{d.Nq, d.Nk, D, params.causal, Q.data(), K.data(), dQacc.data(), dKacc.data()};
       cpu::RowProjection proj(st.projection, head, params.lowrank_rank,
-                              st.projection == Projection::kThreshLowRank ? params.thresh_k : params.topk, gemm);
+                              st.projection == Projection::kThreshLowRank ? params.thresh_k : params.topk, gemm,
+                              params.basis_key_stride);
       if (st.projection == Projection::kThreshLowRank && params.forward_stats) proj.use_forward_stats(params, scale);
       cpu::DkCompensation dk_comp(head, params.variant == Variant::kGproj ? params.dk_compensation_rank : 0);
 

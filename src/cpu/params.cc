@@ -105,6 +105,9 @@ float resolve_scale(const FlashParams& p, int64_t D) {
     throw Error(ErrorCode::kInvalidArgument, "dk_compensation_rank must lie in [0, D = " + std::to_string(D) +
                                                  "], got " + std::to_string(p.dk_compensation_rank));
   }
+  if (p.basis_key_stride < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "basis_key_stride must be >= 1, got " + std::to_string(p.basis_key_stride));
+  }
   if (p.lowrank_rank < 1) {
     throw Error(ErrorCode::kInvalidArgument, "low-rank projection rank must be >= 1, got " +
                                                  std::to_string(p.lowrank_rank));

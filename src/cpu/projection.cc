@@ -127,7 +127,8 @@ void tail_basis(const std::vector<double>& G, int n, int r, std::vector<float>& 
 
 }  // namespace
 
-RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm)
+RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm,
+                             int basis_key_stride)
     : kind_(kind), h_(head), rank_(std::min(lowrank_rank, head.D)), gemm_(gemm), k_(topk) {
   r_raw_.assign(static_cast<size_t>(h_.Nq), 0.0f);
   r_.assign(r_raw_.size(), 0.0f);
@@ -144,7 +145,17 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
   const bool gpu_lowrank = kind_ == Projection::kTopKLowRank || kind_ == Projection::kThreshLowRank;
   if (kind_ == Projection::kLowRank || gpu_lowrank) {
     const int D = h_.D;
-    std::vector<double> gram = gram_matrix(h_.K, h_.Nk, D), V;
+    std::vector<double> gram, V;
+    if (gpu_lowrank && basis_key_stride > 1) {  // a study's cheaper pre-pass: every s-th block of 64 keys
+      std::vector<float> rows;
+      for (int64_t j0 = 0; j0 < h_.Nk; j0 += 64 * static_cast<int64_t>(basis_key_stride)) {
+        const int64_t end = std::min<int64_t>(h_.Nk, j0 + 64);
+        rows.insert(rows.end(), h_.K + j0 * D, h_.K + end * D);
+      }
+      gram = gram_matrix(rows.data(), static_cast<int64_t>(rows.size()) / D, D);
+    } else {
+      gram = gram_matrix(h_.K, h_.Nk, D);
+    }
     if (kind_ == Projection::kLowRank) {  // the study's reference form: exact eigenvectors (Jacobi)
       symmetric_eigen(gram, D, V);
       U_.resize(static_cast<size_t>(D) * rank_);

@@ -23,7 +23,9 @@ struct HeadView {
 
 class RowProjection {
  public:
-  RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm);
+  // basis_key_stride (FlashParams): the GPU-form basis from the Gram matrix of every s-th block of 64 keys.
+  RowProjection(Projection kind, const HeadView& head, int lowrank_rank, int topk, const TileGemm& gemm,
+                int basis_key_stride = 1);
 
   // For Projection::kInTile: rewrites the BF16 tile dSb (rows, cols; leading dim ld) so that each row's BF16
   // sum matches its FP32 sum, the difference re-rounded onto the entry of largest P. No-op otherwise.

@@ -53,6 +53,10 @@ Status check_problem(const Problem& p) {
                                                " (lowrank_rank, the default), got " +
                                                std::to_string(p.params.lowrank_rank));
     }
+    if (p.params.basis_key_stride != 1) {
+      return fail(ErrorCode::kUnsupported, "basis_key_stride (a study's subsampled basis) is CPU only; CUDA takes 1, "
+                                           "got " + std::to_string(p.params.basis_key_stride));
+    }
     if (p.params.thresh_k < 1 || p.params.thresh_k > 32) {
       return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= thresh_k <= 32 (threshold 1/k), got " +
                                                std::to_string(p.params.thresh_k));

@@ -125,6 +125,34 @@ TEST(Projection, ForwardStatisticsKeepTheRowSumsAndTheErrors) {
   EXPECT_TRUE(same_bits(a.bwd.dq, b.bwd.dq));
 }
 
+// FlashParams::basis_key_stride (a study's cheaper pre-pass; bench/results/study_basis_stride_20261130.md): the
+// basis from every 4th block of 64 keys keeps thresh-lowrank on the real states within the 0.3% bar and within
+// 0.005 points of the full basis; a stride below 1 is an error naming the parameter.
+TEST(Projection, SubsampledBasisKeepsTheRealStatesWithinTheBar) {
+  for (const char* file : {"/real_step5000_layer3.safetensors", "/real_step1000_layer4.safetensors"}) {
+    const AttentionState s = load_state(::gproj::default_data_dir() + file);
+    const OracleRun oracle = run_oracle(s);
+    FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+    const VariantRun full = run_variant(s, p, oracle);
+    p.basis_key_stride = 4;
+    const VariantRun sub = run_variant(s, p, oracle);
+    std::printf("  %s dQ %.4f%% (all keys) %.4f%% (1/4 of the key blocks)\n", file, 100 * full.dq.rel_fro,
+                100 * sub.dq.rel_fro);
+    EXPECT_LE(sub.dq.rel_fro, 0.003) << file;
+    EXPECT_LE(std::fabs(sub.dq.rel_fro - full.dq.rel_fro), 5e-5) << file;
+    EXPECT_LE(std::fabs(sub.dk.rel_fro - full.dk.rel_fro), 5e-5) << file;
+  }
+  const AttentionState s = shared_key_state(false);
+  FlashParams bad = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  bad.basis_key_stride = 0;
+  try {
+    flash_backward_cpu(s.q.view(), s.k.view(), s.v.view(), s.q.view(), {}, {}, s.dout.view(), bad);
+    ADD_FAILURE() << "basis_key_stride = 0 was expected to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("basis_key_stride"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Projection, DefaultIsThreshLowRank) {
   // docs/gproj-projection.md: within every bar on both real states and every stress case, CPU and H200, at a
   // third of pweighted's backward overhead on the GPU (CheapFormsTrackFullPWeighting below checks it against

@@ -541,6 +541,17 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
                   msg.find("dk_compensation_rank") != std::string::npos) << msg;
     }
   }
+  // A study's subsampled basis (basis_key_stride) is CPU only.
+  FlashParams strided = base;
+  strided.basis_key_stride = 4;
+  try {
+    attention_backward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), f.o.view(), f.o_fp32.view(),
+                       f.lse.view(), s128.dout.view(), strided);
+    ADD_FAILURE() << "basis_key_stride = 4 was expected to be refused on CUDA";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("basis_key_stride"), std::string::npos) << e.what();
+  }
   // v3.3 (experimental) is a D = 128 kernel: at D = 64 the request is refused too.
   test::Case c64{64, 64, 2, 2, 64, false, 64, 64};
   const AttentionState s64 = test::state_for(c64, 3);

@@ -503,6 +503,19 @@ TEST(Cuda, ForwardStatisticsAreRefusedWhereTheyDoNotApply) {
   for (void* ptr : {q, o, lse, stats, fws, ws, g}) cudaFree(ptr);
 }
 
+// The CUDA backward of `s` (with the forward `f`) under `p` must be refused as unsupported, naming `needle`.
+void expect_backward_unsupported(const AttentionState& s, const ForwardResult& f, const FlashParams& p,
+                                 const std::string& needle, const std::string& what) {
+  try {
+    attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), f.o.view(), f.o_fp32.view(), f.lse.view(),
+                       s.dout.view(), p);
+    ADD_FAILURE() << what << " was expected to be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << what << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST(Cuda, UnsupportedRequestsAreErrors) {
   GPROJ_REQUIRE_GPU();
   test::Case c{64, 64, 2, 2, 32, false, 64, 64};
@@ -544,28 +557,14 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
   // A study's subsampled basis (basis_key_stride) is CPU only.
   FlashParams strided = base;
   strided.basis_key_stride = 4;
-  try {
-    attention_backward(Device::kCuda, s128.q.view(), s128.k.view(), s128.v.view(), f.o.view(), f.o_fp32.view(),
-                       f.lse.view(), s128.dout.view(), strided);
-    ADD_FAILURE() << "basis_key_stride = 4 was expected to be refused on CUDA";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("basis_key_stride"), std::string::npos) << e.what();
-  }
+  expect_backward_unsupported(s128, f, strided, "basis_key_stride", "basis_key_stride = 4 on CUDA");
   // v3.3 (experimental) is a D = 128 kernel: at D = 64 the request is refused too.
   test::Case c64{64, 64, 2, 2, 64, false, 64, 64};
   const AttentionState s64 = test::state_for(c64, 3);
   const ForwardResult f64 = attention_forward(Device::kCuda, s64.q.view(), s64.k.view(), s64.v.view(), base);
   FlashParams v33 = base;
   v33.cuda_backward_wgmma = 4;
-  try {
-    attention_backward(Device::kCuda, s64.q.view(), s64.k.view(), s64.v.view(), f64.o.view(), f64.o_fp32.view(),
-                       f64.lse.view(), s64.dout.view(), v33);
-    ADD_FAILURE() << "v3.3 at D = 64 was expected to be refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("cuda_backward_wgmma = 4"), std::string::npos) << e.what();
-  }
+  expect_backward_unsupported(s64, f64, v33, "cuda_backward_wgmma = 4", "v3.3 at D = 64");
 }
 
 }  // namespace

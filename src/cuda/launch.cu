@@ -258,26 +258,34 @@ EncodeTiledFn encode_tiled() {
   return fn;
 }
 
+// A 4-D BF16 tensor map, boxes 128B-swizzled, out-of-bounds elements read as zeros. A refusal is `code` with a
+// message naming `what` (and `hint`).
+Status encode_sw128_map(CUtensorMap* map, void* data, const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3],
+                        const cuuint32_t (&box)[4], ErrorCode code, const std::string& what, const char* hint) {
+  const EncodeTiledFn encode = encode_tiled();
+  if (encode == nullptr) return fail(ErrorCode::kDevice, "cuTensorMapEncodeTiled is not available from the driver");
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, data, dims, strides, box, unit,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return fail(code, "TMA descriptor of " + what + " rejected by the driver (CUresult " +
+                          std::to_string(static_cast<int>(r)) + ")" + hint);
+  }
+  return {};
+}
+
 // A (D, heads, rows, B) tensor map of a BF16 (B, rows, heads, D) tensor with 16-byte aligned rows (rows_aligned):
 // boxes of 64 columns x 64 rows of one head, 128B-swizzled; rows past `rows` read as zeros.
 Status tensor_map(CUtensorMap* map, const DeviceTensor& t, int64_t B, int64_t rows, int64_t heads, int64_t D,
                   const char* name) {
-  const EncodeTiledFn encode = encode_tiled();
-  if (encode == nullptr) return fail(ErrorCode::kDevice, "cuTensorMapEncodeTiled is not available from the driver");
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(B)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.stride[2]) * 2, static_cast<cuuint64_t>(t.stride[1]) * 2,
                                  static_cast<cuuint64_t>(t.stride[0]) * 2};
-  const cuuint32_t box[4] = {64, 1, 64, 1}, unit[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, t.data, dims, strides, box, unit,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return fail(ErrorCode::kUnsupported,
-                std::string("TMA descriptor of ") + name + " rejected by the driver (CUresult " +
-                    std::to_string(static_cast<int>(r)) + "); its strides must be multiples of 16 bytes");
-  }
-  return {};
+  const cuuint32_t box[4] = {64, 1, 64, 1};
+  return encode_sw128_map(map, t.data, dims, strides, box, ErrorCode::kUnsupported, name,
+                          "; its strides must be multiples of 16 bytes");
 }
 
 template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
@@ -291,21 +299,12 @@ Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 gr
 
 // The v2.3 forward's map of bf16(K U)^T (TmaMaps::ku): (Nk, 8, Hkv, B), boxes of 64 keys x 8 rows, 128B-swizzled.
 Status ku_tiles_map(CUtensorMap* map, void* tiles, const Problem& p) {
-  const EncodeTiledFn encode = encode_tiled();
-  if (encode == nullptr) return fail(ErrorCode::kDevice, "cuTensorMapEncodeTiled is not available from the driver");
   const cuuint64_t ld = static_cast<cuuint64_t>((p.Nk + 7) / 8 * 8) * 2;  // bytes per row of 8
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.Nk), 8, static_cast<cuuint64_t>(p.Hkv),
                               static_cast<cuuint64_t>(p.B)};
   const cuuint64_t strides[3] = {ld, 8 * ld, 8 * ld * static_cast<cuuint64_t>(p.Hkv)};
-  const cuuint32_t box[4] = {64, 8, 1, 1}, unit[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, tiles, dims, strides, box, unit,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return fail(ErrorCode::kDevice, "TMA descriptor of the K U tiles rejected by the driver (CUresult " +
-                                        std::to_string(static_cast<int>(r)) + ")");
-  }
-  return {};
+  const cuuint32_t box[4] = {64, 8, 1, 1};
+  return encode_sw128_map(map, tiles, dims, strides, box, ErrorCode::kDevice, "the K U tiles", "");
 }
 
 // v3.1's TMA descriptors of q, do, k, v (before any kernel runs, so that auto mode can fall back to v1).

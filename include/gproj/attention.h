@@ -56,9 +56,9 @@ struct FlashParams {
                                        // kThreshLowRank; CUDA: 6, docs/gproj-projection.md)
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)
   int thresh_k = 16;                   // Projection::kThreshLowRank: entries with bf16(P) >= 1/k, at most k a row
-  int basis_key_stride = 1;            // Study only (CPU; CUDA takes 1): the low-rank tail's basis (kTopKLowRank,
-                                       // kThreshLowRank) from the Gram matrix of every s-th block of 64 keys
-                                       // instead of all keys, the cheaper pre-pass a study would have to allow
+  int basis_key_stride = 4;            // the low-rank tail's basis (kTopKLowRank, kThreshLowRank) from the Gram
+                                       // matrix of every s-th block of 64 keys (block 0 always in), CPU and CUDA;
+                                       // 4 since session 13 (1 before: all keys), docs/gproj-projection.md
   bool forward_stats = false;          // Projection::kThreshLowRank, opt-in: P (K U) and s_i from the forward's
                                        // bf16(P) (the CUDA forward v2.3 forms them beside O, the backward v3.9
                                        // only r_i; docs/gproj-forward-stats.md). CUDA: where

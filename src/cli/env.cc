@@ -58,10 +58,10 @@ nlohmann::json variant_params_json(const FlashParams& p) {
       j["stats_from"] = p.forward_stats ? "forward" : "backward";
     }
     if (p.dk_compensation_rank != 0) j["dk_compensation_rank"] = p.dk_compensation_rank;
-    if (p.basis_key_stride != 1) j["basis_key_stride"] = p.basis_key_stride;
     if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) {
       j["lowrank_rank"] = p.lowrank_rank;
     }
+    if (q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) j["basis_key_stride"] = p.basis_key_stride;
   }
   if (p.cuda_backward_warps != 4 || p.cuda_wgmma_forward != -1 || p.cuda_backward_wgmma != -1) {  // chosen kernels
     j["cuda_backward_warps"] = p.cuda_backward_warps;

@@ -67,7 +67,9 @@ int run_study(const StudyOptions& o, std::FILE* out) {
         const bool has_basis = proj == Projection::kTopKLowRank || proj == Projection::kThreshLowRank;
         for (int stride : has_basis ? o.basis_strides : std::vector<int>{1}) {
           p.basis_key_stride = stride;
-          const std::string basis = stride > 1 ? " basis 1/" + std::to_string(stride) + " of keys" : "";
+          const std::string basis = has_basis ? (stride > 1 ? " basis 1/" + std::to_string(stride) + " of keys"
+                                                             : " basis all keys")
+                                              : "";
           row(p, std::string("gproj / ") + projection_name(proj) + " k=" + std::to_string(k) + basis);
         }
       }

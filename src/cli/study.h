@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "gproj/attention.h"
+
 namespace gproj {
 
 struct StudyOptions {
@@ -14,7 +16,8 @@ struct StudyOptions {
   int lowrank_rank = 6;
   std::vector<int> topk{1, 2, 4, 8};  // the k values of the top-k projection to compare
   int block = 64;                   // block_q = block_k
-  std::vector<int> basis_strides{1};  // FlashParams::basis_key_stride values for the low-rank tails' rows
+  // FlashParams::basis_key_stride values for the low-rank tails' rows (default: the library's)
+  std::vector<int> basis_strides = {FlashParams{}.basis_key_stride};
 };
 
 int run_study(const StudyOptions& options, std::FILE* out);

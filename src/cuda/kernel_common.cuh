@@ -52,6 +52,7 @@ struct KernelParams {
   int* list_count;                   // (B, H, Nq)
   int* list_j;                       // (B, H, Nq, k) key indices
   float* list_p;                     // (B, H, Nq, k) their bf16(P)
+  int basis_stride;                  // the Gram matrix of K from every s-th tile of 64 keys (FlashParams::basis_key_stride)
   float* gram;                       // (B, Hkv, chunks, D, D) K^T K, a partial matrix per chunk of keys
   float* u;                          // (B, Hkv, D, 8) the basis: 8 columns towards the top eigenvectors
   __nv_bfloat16* ku;                 // (B, Hkv, Nk, 8) bf16(K U), columns kTailRank.. zero

@@ -53,10 +53,6 @@ Status check_problem(const Problem& p) {
                                                " (lowrank_rank, the default), got " +
                                                std::to_string(p.params.lowrank_rank));
     }
-    if (p.params.basis_key_stride != 1) {
-      return fail(ErrorCode::kUnsupported, "basis_key_stride (a study's subsampled basis) is CPU only; CUDA takes 1, "
-                                           "got " + std::to_string(p.params.basis_key_stride));
-    }
     if (p.params.thresh_k < 1 || p.params.thresh_k > 32) {
       return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= thresh_k <= 32 (threshold 1/k), got " +
                                                std::to_string(p.params.thresh_k));
@@ -101,6 +97,7 @@ KernelParams base_params(const Problem& p) {
   k.tie_tol = p.params.fwdfix_tie_tol;
   k.max_shift = p.params.fwdfix_max_shift;
   k.row_stats = p.row_stats;
+  k.basis_stride = p.params.basis_key_stride;
   return k;
 }
 
@@ -400,7 +397,7 @@ Workspace layout(const Problem& p) {
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
     w.pku = w.row * detail::kLowRank;
     w.part = static_cast<size_t>(p.B * p.H * ((p.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock) * p.D);
-    w.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk)) * p.D * p.D);
+    w.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk), p.params.basis_key_stride) * p.D * p.D);
     w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
     w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
     w.heads = (static_cast<size_t>(p.B * p.H) + 3) / 4 * 4;
@@ -427,7 +424,7 @@ StatsLayout stats_layout(const Problem& p) {
   s.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
   s.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
   s.tiles = static_cast<size_t>(p.B * p.Hkv * 8 * ((p.Nk + 7) / 8 * 8)) / 2;
-  s.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk)) * p.D * p.D);
+  s.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk), p.params.basis_key_stride) * p.D * p.D);
   return s;
 }
 // The forward-statistics regions of `stats` in the kernels' parameters (u, ku shared with the backward).
@@ -447,7 +444,8 @@ template <int D, bool kQ>
 Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project = true) {
   const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
   const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
-  Status s = launch(detail::gram_kernel<D, kQ>, dim3(detail::gram_chunks(rows), heads, k.B), 0, stream, k,
+  Status s = launch(detail::gram_kernel<D, kQ>, dim3(detail::gram_chunks(rows, kQ ? 1 : k.basis_stride), heads, k.B), 0,
+                    stream, k,
                     kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
   if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
                        kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);

@@ -21,34 +21,42 @@ constexpr int kSuffixBlock = 64;
 template <bool kQ>
 struct LowRankRows {
   Strided x;
-  int n, heads;
+  int n, heads, stride;  // stride: the Gram matrix from every stride-th tile of 64 rows (K only)
   float* gram;
   float* u;
   __nv_bfloat16* xu;
   __device__ explicit LowRankRows(const KernelParams& p)
-      : x(kQ ? p.q : p.k), n(kQ ? p.Nq : p.Nk), heads(kQ ? p.H : p.Hkv), gram(kQ ? p.gram_q : p.gram),
+      : x(kQ ? p.q : p.k), n(kQ ? p.Nq : p.Nk), heads(kQ ? p.H : p.Hkv), stride(kQ ? 1 : p.basis_stride),
+        gram(kQ ? p.gram_q : p.gram),
         u(kQ ? p.u_q : p.u), xu(kQ ? p.qu : p.ku) {}
 };
 
 // The Gram matrix in chunks of key tiles: at least kGramTiles tiles of 64 keys per chunk and at most
 // kGramMaxChunks chunks per head, so the eigenvector kernel, which adds the chunks' partial matrices, reads at
-// most kGramMaxChunks of them. The same function on the host (grid, workspace) and in the kernels.
+// most kGramMaxChunks of them. With a stride s (FlashParams::basis_key_stride, K's basis only) the matrix is formed
+// from every s-th tile (tile 0 always in: the CPU emulator's keys) and a chunk takes at least kGramTiles / s of
+// them, so that a head has as many chunks as with s = 1 (4 at N = 4k). The same functions on the host (grid,
+// workspace) and in the kernels.
 constexpr int kGramTiles = 16, kGramMaxChunks = 16;
-__host__ __device__ inline int gram_chunk_tiles(int n) {
+__host__ __device__ inline int gram_sampled_tiles(int n, int stride) {
   const int tiles = (n + kBwdBlock - 1) / kBwdBlock;
-  const int spread = (tiles + kGramMaxChunks - 1) / kGramMaxChunks;
-  return spread > kGramTiles ? spread : kGramTiles;
+  return (tiles + stride - 1) / stride;
 }
-__host__ __device__ inline int gram_chunks(int n) {
-  const int tiles = (n + kBwdBlock - 1) / kBwdBlock, per = gram_chunk_tiles(n);
+__host__ __device__ inline int gram_chunk_tiles(int n, int stride = 1) {
+  const int tiles = gram_sampled_tiles(n, stride);
+  const int spread = (tiles + kGramMaxChunks - 1) / kGramMaxChunks, least = kGramTiles / stride;
+  return spread > least ? spread : (least > 1 ? least : 1);
+}
+__host__ __device__ inline int gram_chunks(int n, int stride = 1) {
+  const int tiles = gram_sampled_tiles(n, stride), per = gram_chunk_tiles(n, stride);
   return (tiles + per - 1) / per;
 }
 
 // gram[b, hk, chunk] = K[chunk]^T K[chunk] on the tensor cores (BF16 K, FP32 accumulation: the products are
 // exact), one partial matrix per chunk, stored whole (no atomics: eig_kernel adds the chunks in order, so the
-// result does not depend on timing); grid (gram_chunks(Nk), Hkv, B), 4 warps. Key tiles of 64 are
-// double-buffered with cp.async; warp w accumulates the 16-row slices w, w + 4, ... of G with warp_atb (the
-// backward's dK = dS^T Q form, T = B = K). kQ: the same for Q per query head.
+// result does not depend on timing); grid (gram_chunks(Nk, stride), Hkv, B), 4 warps. Key tiles of 64 (every
+// stride-th) are double-buffered with cp.async; warp w accumulates the 16-row slices w, w + 4, ... of G with
+// warp_atb (the backward's dK = dS^T Q form, T = B = K). kQ: the same for Q per query head (stride 1).
 template <int D, bool kQ = false>
 __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p) {
   constexpr int kSlices = D / 64;  // 16-row slices of G per warp
@@ -56,8 +64,8 @@ __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p)
   const LowRankRows<kQ> rows(p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int b = blockIdx.z, hk = blockIdx.y;
-  const int per = gram_chunk_tiles(rows.n);
-  const int t0 = blockIdx.x * per, ntiles = min(per, (rows.n + kBwdBlock - 1) / kBwdBlock - t0);  // >= 1
+  const int per = gram_chunk_tiles(rows.n, rows.stride);
+  const int t0 = blockIdx.x * per, ntiles = min(per, gram_sampled_tiles(rows.n, rows.stride) - t0);  // >= 1
   float acc[kSlices][D / 8][4];
 #pragma unroll
   for (int sl = 0; sl < kSlices; ++sl)
@@ -66,7 +74,7 @@ __global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[sl][n][e] = 0.0f;
   const auto load = [&](int t) {
-    const int j0 = (t0 + t) * kBwdBlock;
+    const int j0 = (t0 + t) * rows.stride * kBwdBlock;
     load_tile_async<kBwdBlock, D, kBwdThreads>(sK + (t & 1) * kBwdBlock * D, rows.x.data, rows.x.s0, rows.x.s1,
                                                 rows.x.s2, b, j0, min(kBwdBlock, rows.n - j0), hk);  // zeros past n
   };
@@ -108,9 +116,14 @@ __device__ __forceinline__ float start_value(int a, int c) {
 
 // Modified Gram-Schmidt of the kLowRank columns of X (column-major [8][D] in shared memory) by warp 0, the
 // columns in registers (lane holds rows lane + 32 m): the order of operations of orthonormalise in
-// src/cpu/projection.cc, in FP32.
+// src/cpu/projection.cc, in FP32. Right-looking (session 13): once column c is normalised, its projection leaves
+// every later column at once, so their dot products reduce together (independent shuffle trees, one latency
+// instead of one per column: 15 reductions on the chain per call instead of 36). Each column still sees the same
+// operations in the same order as left-looking MGS (its steps d = 0, 1, ..., c - 1 with the same finished columns;
+// with kSweeps = 2 the second sweep runs just before its normalisation), so the bits are those of v1's loop.
 template <int D, int kSweeps = 1>
 __device__ void orthonormalise_columns(float* X) {
+  static_assert(kSweeps == 1 || kSweeps == 2, "one sweep, or two in the last step");
   if (threadIdx.x >= 32) return;
   constexpr int kM = D / 32;
   const int lane = threadIdx.x;
@@ -121,8 +134,7 @@ __device__ void orthonormalise_columns(float* X) {
     for (int m = 0; m < kM; ++m) x[c][m] = X[c * D + lane + 32 * m];
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c) {
-#pragma unroll
-    for (int sweep = 0; sweep < kSweeps; ++sweep)  // the last call: twice (top_eigenvectors says why)
+    if constexpr (kSweeps == 2) {  // the last call's second sweep of column c (top_eigenvectors says why), in order
 #pragma unroll
       for (int d = 0; d < c; ++d) {
         float dot = 0.0f;
@@ -133,6 +145,7 @@ __device__ void orthonormalise_columns(float* X) {
 #pragma unroll
         for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
       }
+    }
     float norm = 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) norm = fmaf(x[c][m], x[c][m], norm);
@@ -141,6 +154,22 @@ __device__ void orthonormalise_columns(float* X) {
     const float inv = norm > 0.0f ? rsqrtf(norm) : 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) x[c][m] *= inv;
+    // The first sweep's step c of every later column e, their reductions interleaved.
+    float dot[kLowRank];
+#pragma unroll
+    for (int e = c + 1; e < kLowRank; ++e) {
+      dot[e] = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) dot[e] = fmaf(x[e][m], x[c][m], dot[e]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int e = c + 1; e < kLowRank; ++e) dot[e] += __shfl_xor_sync(0xffffffffu, dot[e], o);
+#pragma unroll
+    for (int e = c + 1; e < kLowRank; ++e)
+#pragma unroll
+      for (int m = 0; m < kM; ++m) x[e][m] -= dot[e] * x[c][m];
   }
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c)
@@ -166,13 +195,14 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
   float* Y = X + D * kLowRank;  // [D][8]
   const LowRankRows<kQ> rows(p);
   const int b = blockIdx.y, hk = blockIdx.x;
-  const int chunks = gram_chunks(rows.n);
+  const int chunks = gram_chunks(rows.n, rows.stride);
   const float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * chunks * D * D;
   // The chunks' partial matrices, added in chunk order. Each thread has kV float4 of G in flight per chunk: one
   // element per thread and load waited ~64 x chunks memory round trips per CTA at D = 128 (eig_kernel took 88 µs
-  // under ncu at N = 4k, 4 chunks, most of it here); now 2 x chunks.
-  constexpr int kV = 8, kStep = kPostThreads * 4 * kV;
-  static_assert((D * D) % (kPostThreads * 4) == 0, "whole float4 per thread");
+  // under ncu at N = 4k, 4 chunks, most of it here); with kV = 8, 2 x chunks; with kV = 16 (session 13), one per
+  // chunk at D = 128.
+  constexpr int kV = 16, kStep = kPostThreads * 4 * kV;
+  static_assert(D * D <= kStep, "one round of loads per chunk");
   for (int x0 = threadIdx.x * 4; x0 < D * D; x0 += kStep) {
     float4 sum[kV];
 #pragma unroll

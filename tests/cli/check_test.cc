@@ -85,6 +85,7 @@ TEST(Check, JsonRecordsProvenance) {
   EXPECT_EQ(env.at("cuda").at("available"), false);
   EXPECT_EQ(env.at("variants").at("gproj").at("projection"), "thresh-lowrank");
   EXPECT_EQ(env.at("variants").at("gproj").at("stats_from"), "backward");
+  EXPECT_EQ(env.at("variants").at("gproj").at("basis_key_stride"), 4);
   EXPECT_EQ(env.at("variants").at("fwdfix").at("fwdfix_beta"), 2.0);
   EXPECT_EQ(env.at("variants").at("baseline").at("block_q"), 64);
   ASSERT_EQ(j.at("cases").size(), 4u) << "one case, four variants";

@@ -125,14 +125,16 @@ TEST(Projection, ForwardStatisticsKeepTheRowSumsAndTheErrors) {
   EXPECT_TRUE(same_bits(a.bwd.dq, b.bwd.dq));
 }
 
-// FlashParams::basis_key_stride (a study's cheaper pre-pass; bench/results/study_basis_stride_20261130.md): the
-// basis from every 4th block of 64 keys keeps thresh-lowrank on the real states within the 0.3% bar and within
-// 0.005 points of the full basis; a stride below 1 is an error naming the parameter.
+// FlashParams::basis_key_stride (bench/results/study_basis_stride_20261130.md; 4, the default since session 13):
+// the basis from every 4th block of 64 keys keeps thresh-lowrank on the real states within the 0.3% bar and
+// within 0.005 points of the full basis; a stride below 1 is an error naming the parameter.
 TEST(Projection, SubsampledBasisKeepsTheRealStatesWithinTheBar) {
   for (const char* file : {"/real_step5000_layer3.safetensors", "/real_step1000_layer4.safetensors"}) {
     const AttentionState s = load_state(::gproj::default_data_dir() + file);
     const OracleRun oracle = run_oracle(s);
     FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+    EXPECT_EQ(p.basis_key_stride, 4);
+    p.basis_key_stride = 1;
     const VariantRun full = run_variant(s, p, oracle);
     p.basis_key_stride = 4;
     const VariantRun sub = run_variant(s, p, oracle);

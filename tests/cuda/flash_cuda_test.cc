@@ -201,6 +201,13 @@ TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
     const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
     expect_matches_oracle_and_cpu(gpu, cpu, ref, oracle, kBackward, "thresh-lowrank v" + std::to_string(version));
   }
+  {  // The basis from all keys (basis_key_stride 1; the default takes every 4th block of 64) on the default kernel.
+    FlashParams all = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+    all.basis_key_stride = 1;
+    const VariantRun cpu_all = run_variant(s, all, oracle, Device::kCpu);
+    const VariantRun gpu = run_variant(s, all, oracle, Device::kCuda);
+    expect_matches_oracle_and_cpu(gpu, cpu_all, ref, oracle, kBackward, "thresh-lowrank, basis from all keys");
+  }
   // The statistics from the forward (v2.3 forward, v3.9 backward; the CPU emulator's forward_stats form).
   p.forward_stats = true;
   const VariantRun cpu_fs = run_variant(s, p, oracle, Device::kCpu);
@@ -289,10 +296,12 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
 
 // thresh-lowrank on a synthetic state on the default CUDA kernels: within the stress bar (0.5%) and as accurate
 // as the CPU emulator (its error against float64 at most a third of an output rounding above the emulator's).
-void expect_thresh_within_bar_and_cpu(const SyntheticSpec& spec, const std::string& label) {
+void expect_thresh_within_bar_and_cpu(const SyntheticSpec& spec, const std::string& label,
+                                      int basis_key_stride = FlashParams{}.basis_key_stride) {
   const AttentionState s = make_synthetic(spec);
   const OracleRun oracle = run_oracle(s);
-  const FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  p.basis_key_stride = basis_key_stride;
   const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
   const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
   std::printf("  %-28s cuda dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%); %s\n", label.c_str(), 100 * gpu.dq.rel_fro,
@@ -322,9 +331,10 @@ TEST(Cuda, ThreshLowRankOnSharpRowsAtD128) {
   }
 }
 
-// thresh-lowrank with 20480 keys (320 tiles): the Gram matrix's chunks grow past kGramTiles tiles so that a head
-// has at most 16 partial matrices (src/cuda/projection_tc.cuh, gram_chunk_tiles), the one shape family where the
-// chunk size is not the minimum. D = 64 and 128, causal (bottom-right) and not, GQA.
+// thresh-lowrank with 20480 keys (320 tiles, 80 of them in the default basis): the Gram matrix's chunks grow past
+// the minimum (kGramTiles / stride tiles) so that a head has at most 16 partial matrices
+// (src/cuda/projection_tc.cuh, gram_chunk_tiles), the one shape family where the chunk size is not the minimum.
+// D = 64 and 128, causal (bottom-right) and not, GQA; the basis from every 4th tile (default) and from all.
 TEST(Cuda, ThreshLowRankWithManyKeysUsesEveryGramChunk) {
   GPROJ_REQUIRE_GPU();
   for (int64_t D : {64, 128}) {
@@ -338,7 +348,10 @@ TEST(Cuda, ThreshLowRankWithManyKeysUsesEveryGramChunk) {
       spec.causal = causal;
       spec.q_std = 2.0f;
       spec.seed = 91;
-      expect_thresh_within_bar_and_cpu(spec, "20480 keys d" + std::to_string(D) + (causal ? " causal" : " full"));
+      for (int stride : {4, 1}) {
+        expect_thresh_within_bar_and_cpu(spec, "20480 keys d" + std::to_string(D) + (causal ? " causal" : " full") +
+                                                   " basis 1/" + std::to_string(stride), stride);
+      }
     }
   }
 }
@@ -554,10 +567,6 @@ TEST(Cuda, UnsupportedRequestsAreErrors) {
                   msg.find("dk_compensation_rank") != std::string::npos) << msg;
     }
   }
-  // A study's subsampled basis (basis_key_stride) is CPU only.
-  FlashParams strided = base;
-  strided.basis_key_stride = 4;
-  expect_backward_unsupported(s128, f, strided, "basis_key_stride", "basis_key_stride = 4 on CUDA");
   // v3.3 (experimental) is a D = 128 kernel: at D = 64 the request is refused too.
   test::Case c64{64, 64, 2, 2, 64, false, 64, 64};
   const AttentionState s64 = test::state_for(c64, 3);

@@ -116,14 +116,9 @@ __device__ __forceinline__ float start_value(int a, int c) {
 
 // Modified Gram-Schmidt of the kLowRank columns of X (column-major [8][D] in shared memory) by warp 0, the
 // columns in registers (lane holds rows lane + 32 m): the order of operations of orthonormalise in
-// src/cpu/projection.cc, in FP32. Right-looking (session 13): once column c is normalised, its projection leaves
-// every later column at once, so their dot products reduce together (independent shuffle trees, one latency
-// instead of one per column: 15 reductions on the chain per call instead of 36). Each column still sees the same
-// operations in the same order as left-looking MGS (its steps d = 0, 1, ..., c - 1 with the same finished columns;
-// with kSweeps = 2 the second sweep runs just before its normalisation), so the bits are those of v1's loop.
+// src/cpu/projection.cc, in FP32.
 template <int D, int kSweeps = 1>
 __device__ void orthonormalise_columns(float* X) {
-  static_assert(kSweeps == 1 || kSweeps == 2, "one sweep, or two in the last step");
   if (threadIdx.x >= 32) return;
   constexpr int kM = D / 32;
   const int lane = threadIdx.x;
@@ -134,7 +129,8 @@ __device__ void orthonormalise_columns(float* X) {
     for (int m = 0; m < kM; ++m) x[c][m] = X[c * D + lane + 32 * m];
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c) {
-    if constexpr (kSweeps == 2) {  // the last call's second sweep of column c (top_eigenvectors says why), in order
+#pragma unroll
+    for (int sweep = 0; sweep < kSweeps; ++sweep)  // the last call: twice (top_eigenvectors says why)
 #pragma unroll
       for (int d = 0; d < c; ++d) {
         float dot = 0.0f;
@@ -145,7 +141,6 @@ __device__ void orthonormalise_columns(float* X) {
 #pragma unroll
         for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
       }
-    }
     float norm = 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) norm = fmaf(x[c][m], x[c][m], norm);
@@ -154,22 +149,6 @@ __device__ void orthonormalise_columns(float* X) {
     const float inv = norm > 0.0f ? rsqrtf(norm) : 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) x[c][m] *= inv;
-    // The first sweep's step c of every later column e, their reductions interleaved.
-    float dot[kLowRank];
-#pragma unroll
-    for (int e = c + 1; e < kLowRank; ++e) {
-      dot[e] = 0.0f;
-#pragma unroll
-      for (int m = 0; m < kM; ++m) dot[e] = fmaf(x[e][m], x[c][m], dot[e]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int e = c + 1; e < kLowRank; ++e) dot[e] += __shfl_xor_sync(0xffffffffu, dot[e], o);
-#pragma unroll
-    for (int e = c + 1; e < kLowRank; ++e)
-#pragma unroll
-      for (int m = 0; m < kM; ++m) x[e][m] -= dot[e] * x[c][m];
   }
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c)
@@ -199,10 +178,9 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
   const float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * chunks * D * D;
   // The chunks' partial matrices, added in chunk order. Each thread has kV float4 of G in flight per chunk: one
   // element per thread and load waited ~64 x chunks memory round trips per CTA at D = 128 (eig_kernel took 88 µs
-  // under ncu at N = 4k, 4 chunks, most of it here); with kV = 8, 2 x chunks; with kV = 16 (session 13), one per
-  // chunk at D = 128.
-  constexpr int kV = 16, kStep = kPostThreads * 4 * kV;
-  static_assert(D * D <= kStep, "one round of loads per chunk");
+  // under ncu at N = 4k, 4 chunks, most of it here); now 2 x chunks.
+  constexpr int kV = 8, kStep = kPostThreads * 4 * kV;
+  static_assert((D * D) % (kPostThreads * 4) == 0, "whole float4 per thread");
   for (int x0 = threadIdx.x * 4; x0 < D * D; x0 += kStep) {
     float4 sum[kV];
 #pragma unroll

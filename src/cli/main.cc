@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   study_cmd->add_option("--topk", study.topk, "k values of the top-k projection")->check(CLI::Range(1, 64));
   study_cmd->add_option("--block", study.block, "tile size (block_q = block_k)")->check(CLI::Range(1, 1024));
   study_cmd->add_option("--basis-stride", study.basis_strides,
-                        "low-rank tails: the basis from every s-th block of 64 keys (values to compare; default: the library's, 4)")
+                        "low-rank tails: the basis from every s-th block of 64 keys (values to compare; default: "
+                        "the library's, 4)")
       ->check(CLI::Range(1, 1024));
 
   try {

@@ -385,6 +385,11 @@ struct Workspace {
   size_t bytes() const { return sizeof(float) * words(); }
 };
 
+// The partial Gram matrices of K per kv head: chunks of every basis_key_stride-th key tile (detail::gram_chunks).
+int k_gram_chunks(const Problem& p) {
+  return detail::gram_chunks(static_cast<int>(p.Nk), p.params.basis_key_stride);
+}
+
 // Every region starts on a 16-byte boundary: the per-row regions are padded to a multiple of 4 words (float2
 // atomics on dq_acc and pku need 8 bytes, cp.async of K U 16; an odd B H Nq used to misalign them).
 Workspace layout(const Problem& p) {
@@ -397,7 +402,7 @@ Workspace layout(const Problem& p) {
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
     w.pku = w.row * detail::kLowRank;
     w.part = static_cast<size_t>(p.B * p.H * ((p.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock) * p.D);
-    w.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk), p.params.basis_key_stride) * p.D * p.D);
+    w.gram = static_cast<size_t>(p.B * p.Hkv * k_gram_chunks(p) * p.D * p.D);
     w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
     w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
     w.heads = (static_cast<size_t>(p.B * p.H) + 3) / 4 * 4;
@@ -424,7 +429,7 @@ StatsLayout stats_layout(const Problem& p) {
   s.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
   s.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
   s.tiles = static_cast<size_t>(p.B * p.Hkv * 8 * ((p.Nk + 7) / 8 * 8)) / 2;
-  s.gram = static_cast<size_t>(p.B * p.Hkv * detail::gram_chunks(static_cast<int>(p.Nk), p.params.basis_key_stride) * p.D * p.D);
+  s.gram = static_cast<size_t>(p.B * p.Hkv * k_gram_chunks(p) * p.D * p.D);
   return s;
 }
 // The forward-statistics regions of `stats` in the kernels' parameters (u, ku shared with the backward).
@@ -444,8 +449,8 @@ template <int D, bool kQ>
 Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project = true) {
   const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
   const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
-  Status s = launch(detail::gram_kernel<D, kQ>, dim3(detail::gram_chunks(rows, kQ ? 1 : k.basis_stride), heads, k.B), 0,
-                    stream, k,
+  const int chunks = detail::gram_chunks(rows, kQ ? 1 : k.basis_stride);  // Q's basis: every query
+  Status s = launch(detail::gram_kernel<D, kQ>, dim3(chunks, heads, k.B), 0, stream, k,
                     kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
   if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
                        kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);

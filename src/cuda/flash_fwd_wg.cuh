@@ -220,17 +220,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
       issue_s(jb + 1);
     }
-    // O += bf16(P) V of block jb, one 64-column block of D at a time, 16 keys per step.
+    // O += bf16(P) V of block jb, 16 keys per step: at D = 128 both 64-column blocks of V in one m64n128k16 (the
+    // descriptor's N-block stride is the blocks' 8 KB; session 13), at D = 64 one m64n64k16.
     const bf16_t* vt = sV + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * BK * D;  // warp-uniform stage
     const uint64_t v_desc0 = wg_desc_mnmajor(vt, BK * 128);
     wg_fence();
+    if constexpr (kNB == 2) {
 #pragma unroll
-    for (int nb = 0; nb < kNB; ++nb)
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(o), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
+    } else {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t db = wg_desc_advance(v_desc0, nb * BK * 64 + kk * 16 * 64);
-        wgmma_rs_n64<1>(o[nb], pf[kk], db, 1);
-      }
+      for (int kk = 0; kk < 4; ++kk) wgmma_rs_n64<1>(o[0], pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
+    }
     if constexpr (kStats && !kFwdAblateStats) {  // the record's columns: B = the block's [8][64] tile, K = keys
       const uint64_t ku_desc0 = wg_desc_kmajor(sKU + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * 8 * BK);
 #pragma unroll

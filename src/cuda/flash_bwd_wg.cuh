@@ -528,15 +528,22 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
     }
 
-    // dV += bf16(P^T) dO and dK += bf16(dS^T) Q: A from registers, B = dO, Q with K = queries (MN-major).
+    // dV += bf16(P^T) dO and dK += bf16(dS^T) Q: A from registers, B = dO, Q with K = queries (MN-major). At
+    // D = 128 both 64-column blocks in one m64n128k16 per 16 queries (session 13, as the forward's P V).
     wg_fence();
-#pragma unroll
-    for (int nb = 0; nb < kNB; ++nb)
+    if constexpr (kNB == 2) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_rs_n64<1>(dv[nb], pf[kk], wg_desc_mnmajor(ot + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
-        wgmma_rs_n64<1>(dk[nb], dsf[kk], wg_desc_mnmajor(qt + nb * BQ * 64 + kk * 16 * 64, BQ * 128), 1);
+        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_mnmajor(ot + kk * 16 * 64, BQ * 128), 1);
+        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_mnmajor(qt + kk * 16 * 64, BQ * 128), 1);
       }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_rs_n64<1>(dv[0], pf[kk], wg_desc_mnmajor(ot + kk * 16 * 64, BQ * 128), 1);
+        wgmma_rs_n64<1>(dk[0], dsf[kk], wg_desc_mnmajor(qt + kk * 16 * 64, BQ * 128), 1);
+      }
+    }
     if constexpr (kDkComp) {  // E += eps^T (Q U_q): K = queries, B = the warpgroup's (Q U_q)^T tile (K-major)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wgmma_rs_n16(ecomp, ef[kk], wg_desc_kmajor(sQU + wg * kWgStatCols * 64 + kk * 16));

@@ -542,6 +542,202 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   }
 }
 
+// v1.35: a warp's rows at D / 32 columns per lane (kLanes = 32) in two phases. Before, every row ran the same
+// scalar work in all 32 lanes (the record's shuffles, c_i's and rest_i's IEEE divisions, n_vis, 64-bit addresses
+// of six arrays, the audit's three stores): 323 warp instructions per row on Gaussian inputs, of which a plain
+// conversion needs ~10, and ncu found the kernel issue-bound (68% of issue slots, 39% of DRAM bandwidth; session
+// 14). Now lane t first takes row t's scalars for the warp's <= 8 rows at once: its record, list count, c_i and,
+// for a row that lists nothing, rest_i and s_i, into the warp's [8][12] floats of shared memory. The rows are then
+// walked in order as before, each reading its scalars with three broadcast loads; a row with entries recomputes
+// its tail, mass, s_i, c_i and rest_i from its list exactly as thresh_dq_row does (the same operations in the
+// same order, so the same bits). rest_i, s_i and r_i go out from the table at the end, one row per lane.
+// Each row's dQacc and Q columns (and list slots, when its count says it has entries) are loaded a row ahead.
+template <int D>
+struct ThreshColLoads {
+  static constexpr int kV = D / 32;
+  float dq[kV];
+  uint32_t q2[kV / 2];
+  int jt;
+  float pt;
+};
+
+template <int D>
+__device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const float* su,
+                                                    const __nv_bfloat16* ku_head, WarpDkTable<D>& tab, float4* sc,
+                                                    int b, int h, int hk, int i_first, int nr, int lane,
+                                                    float (&part)[D / 32]) {
+  constexpr int kV = D / 32, kCap = 32;
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h, row0 = bh * p.Nq + i_first;
+  const int d0 = lane * kV;
+  // Running pointers to row t's dQacc and Q columns and dQ (one 64-bit add each per row: per-row index
+  // arithmetic was ~45 of the walk's instructions in the first build of this form).
+  const float* dqa = p.dq_acc + row0 * D + d0;
+  const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + static_cast<int64_t>(i_first) * p.q.s1 +
+                   h * p.q.s2 + d0;
+  const auto col_loads = [&](int t, int cnt) {
+    ThreshColLoads<D> x;
+    if constexpr (kV == 4) {
+      const float4 a = *reinterpret_cast<const float4*>(dqa);
+      x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
+    } else {
+      const float2 a = *reinterpret_cast<const float2*>(dqa);
+      x.dq[0] = a.x, x.dq[1] = a.y;
+    }
+    load_bf16_packed<kV>(qr, x.q2);
+    x.jt = 0;
+    x.pt = 0.0f;
+    if (lane < cnt) {  // (cnt = 0 for a row without entries: no list loads)
+      const int64_t at = (row0 + t) * p.list_cap + lane;
+      x.jt = p.list_j[at];
+      x.pt = p.list_p[at];
+    }
+    return x;
+  };
+  ThreshColLoads<D> cur = col_loads(0, 0);  // row 0's columns in flight during the scalar phase
+  // Scalar phase: lane t < nr, row i_first + t.
+  if (lane < nr) {
+    const int64_t row = row0 + lane;
+    const float4 r0 = *reinterpret_cast<const float4*>(p.pku + row * kLowRank);
+    const float4 r1 = *reinterpret_cast<const float4*>(p.pku + row * kLowRank + 4);
+    const int cnt = min(p.list_count[row], p.list_cap);
+    const float s_rec = r1.z, rsum = r1.w;  // columns kStatS, kStatR
+    float c = s_rec > 0.0f ? rsum / s_rec : 0.0f;
+    float s = s_rec, rest = 0.0f;
+    if (cnt == 0) {  // the row path's values with mass 0 (a row with entries is finished in the walk below)
+      const int i = i_first + lane;
+      const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
+      const int n_rest = n_vis;
+      const float mass = 0.0f;
+      if (p.fwd_stats != nullptr && n_rest <= 0) {
+        s = mass;
+        c = s > 0.0f ? rsum / s : 0.0f;
+      }
+      rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
+    }
+    sc[3 * lane] = r0;
+    sc[3 * lane + 1] = r1;
+    sc[3 * lane + 2] = make_float4(c, rest, s, __int_as_float(cnt));
+  }
+  __syncwarp();
+  if (lane < __float_as_int(sc[2].w)) {
+    cur.jt = p.list_j[row0 * p.list_cap + lane];
+    cur.pt = p.list_p[row0 * p.list_cap + lane];
+  }
+  __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first) * p.H + h) * D + d0;
+  const float4* sct = sc;  // row t's scalars
+  for (int t = 0; t < nr; ++t, sct += 3, dqo += static_cast<int64_t>(p.H) * D) {
+    ThreshColLoads<D> next;  // (left unset after the last row: never read)
+    if (t + 1 < nr) {
+      dqa += D;
+      qr += p.q.s1;
+      next = col_loads(t + 1, __float_as_int(sct[5].w));
+    }
+    const float4 v0 = sct[0], v1 = sct[1], v2 = sct[2];
+    float tail[kTailRank] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y};
+    float c = v2.x, rest = v2.y;
+    const int cnt = __float_as_int(v2.w);
+    float acc[kV], back[kV];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
+    const int jt = cur.jt;
+    const float pt = cur.pt;
+    if (cnt > 0) {  // (warp-uniform) thresh_dq_row's list arithmetic for this row
+      const float s_rec = v1.z, rsum = v1.w;
+      // This lane's entry's bf16(K U), packed until the sums below (fewer live registers across the K rows).
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (lane < cnt) raw = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
+      const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
+      for (int t0 = 0; t0 < cnt; t0 += 4) {
+        uint32_t kw[4][kV / 2];
+        float pj[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1));
+          pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1));
+          if (t0 + u < cnt) load_bf16_packed<kV>(k_head + j * p.k.s1, kw[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (t0 + u < cnt) {
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const float kf = e % 2 == 0 ? bf16_lo(kw[u][e / 2]) : bf16_hi(kw[u][e / 2]);
+              acc[e] = fmaf(pj[u], kf, acc[e]);
+            }
+          }
+      }
+      float y[kLowRank];
+      {
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int v = 0; v < kTailRank; ++v) y[v] = pt * (v % 2 == 0 ? bf16_lo(w[v / 2]) : bf16_hi(w[v / 2]));
+      }  // (pt = 0 past the count)
+      y[kTailRank] = pt;
+#pragma unroll
+      for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
+      group_sum8<32>(y, lane);
+#pragma unroll
+      for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
+      const float mass = y[kTailRank];
+      const int i = i_first + t;
+      const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
+      const int n_rest = n_vis - cnt;
+      float s = s_rec;
+      if (p.fwd_stats != nullptr && n_rest <= 0) {
+        s = mass;
+        c = s > 0.0f ? rsum / s : 0.0f;
+      }
+      rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
+      if (lane == 0) sc[3 * t + 2] = make_float4(c, rest, s, v2.w);  // for the stores at the end
+    }
+#pragma unroll
+    for (int v = 0; v < kTailRank; ++v)
+#pragma unroll
+      for (int e = 0; e < kV; ++e) back[e] = fmaf(tail[v], su[v * D + d0 + e], back[e]);
+    float xs[kV];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) xs[e] = p.scale * (cur.dq[e] - c * (acc[e] + back[e]));
+    store_bf16_vec<kV>(dqo, xs);
+    float qf[kV];  // Q_i's columns (exact)
+#pragma unroll
+    for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(cur.q2[x2]), qf[2 * x2 + 1] = bf16_hi(cur.q2[x2]);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
+    for (int u = 0; u < cnt; ++u) {
+      const int j = __shfl_sync(0xffffffffu, jt, u & (kCap - 1));
+      const float w = c * __shfl_sync(0xffffffffu, pt, u & (kCap - 1)) - rest;
+      const int slot = tab.slot(j, lane, true);
+      if (slot >= 0) {  // into the warp's per-key sum (the lane's own columns)
+        float* a = tab.acc + slot * D + d0;
+        if constexpr (kV == 4) {
+          float4 t4 = *reinterpret_cast<float4*>(a);
+          t4.x = fmaf(-w, qf[0], t4.x), t4.y = fmaf(-w, qf[1], t4.y), t4.z = fmaf(-w, qf[2], t4.z),
+          t4.w = fmaf(-w, qf[3], t4.w);
+          *reinterpret_cast<float4*>(a) = t4;
+        } else {
+          float2 t2 = *reinterpret_cast<float2*>(a);
+          t2.x = fmaf(-w, qf[0], t2.x), t2.y = fmaf(-w, qf[1], t2.y);
+          *reinterpret_cast<float2*>(a) = t2;
+        }
+        continue;
+      }
+      float v[kV];
+#pragma unroll
+      for (int e = 0; e < kV; ++e) v[e] = -w * qf[e];
+      atomic_add_vec<kV>(p.dk_acc + (bh * p.Nk + j) * D + d0, v);
+    }
+    cur = next;
+  }
+  __syncwarp();
+  if (lane < nr) {  // rest_i for the uniform part, s_i and r_i for the audit's diagnostics (host_dispatch.cc)
+    const int64_t row = row0 + lane;
+    const float4 v2 = sc[3 * lane + 2];
+    p.rest[row] = v2.y;
+    p.psum[row] = v2.z;
+    p.rowsum[row] = sc[3 * lane + 1].w;
+  }
+}
+
 // One warp per row (kLanes = 32), or per two rows, a half-warp each (kLanes = 16, v1.31: at D = 64 a row gives a
 // lane only 2 columns, and the row's fixed work, the shuffles, divisions and list handling, was most of the
 // kernel): the dQ correction and the output dQ = bf16(scale dQacc'), the listed entries' dK correction (summed per
@@ -558,9 +754,11 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   constexpr int kWarps = kPostThreads / 32, kV = D / kLanes, kSlots = WarpDkTable<D, kLanes>::kSlots;
   constexpr int kRowsPerWarp = kSuffixBlock / kWarps, kRowsAtOnce = 32 / kLanes;
   static_assert(kSuffixBlock % kWarps == 0 && kRowsPerWarp % kRowsAtOnce == 0, "whole rows per warp");
+  static_assert(kRowsPerWarp <= 32, "v1.35's scalar phase: one row per lane");
   __shared__ float su[kLowRank * D];
   __shared__ float sp[kWarps * D];
   __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];
+  __shared__ float4 scal[kLanes == 32 ? kWarps * kRowsPerWarp * 3 : 1];  // v1.35: [warp][row][12] scalars
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
@@ -580,13 +778,8 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   if (i < i_end) {
-    if constexpr (kLanes == 32) {
-      ThreshRowLoads<D> cur = thresh_row_loads<D>(p, b, h, i, lane);
-      for (; i < i_end; ++i) {
-        const ThreshRowLoads<D> next = i + 1 < i_end ? thresh_row_loads<D>(p, b, h, i + 1, lane) : cur;
-        thresh_dq_row<D>(p, su, ku_head, tab, b, h, hk, i, lane, true, cur, part);
-        cur = next;
-      }
+    if constexpr (kLanes == 32) {  // v1.35
+      thresh_dq_warp_rows<D>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3, b, h, hk, i, i_end - i, lane, part);
     } else {
       const int half = lane / kLanes;
       ThreshRowLoads<D, kLanes> cur = thresh_row_loads<D, kLanes>(p, b, h, min(i + half, i_end - 1), lane);

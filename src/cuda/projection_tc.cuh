@@ -872,18 +872,32 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
   const int c4 = (threadIdx.x % kCols) * 4, seg = threadIdx.x / kCols;
   const int slice = (r_end - r_lo + kSegs - 1) / kSegs;  // <= kRows
   const int s_lo = r_lo + seg * slice, s_end = min(r_end, s_lo + slice);  // this thread's rows (maybe none)
-  // dV first (no suffix sums: its accumulators are not live during the sums below).
+  // dV first (no suffix sums: its accumulators are not live during the sums below). v1.36: the query heads
+  // outside and the kPasses keys inside, so that a head's kPasses loads are issued together; with the keys
+  // outside, the loop over heads (a runtime count) kept each key's load behind the previous key's add: kPasses
+  // memory latencies in a row, 35% of the kernel's stall samples (session 14, run 1's source page). The same
+  // sums in the same order.
+  {
+    float4 dv[kPasses];
 #pragma unroll
-  for (int k = 0; k < kPasses; ++k) {
-    const int j = j0 + seg + k * kSegs;
-    if (j >= p.Nk) continue;
-    float4 dv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int k = 0; k < kPasses; ++k) dv[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int g = 0; g < group; ++g) {
-      const int64_t row = (static_cast<int64_t>(b) * p.H + hk * group + g) * p.Nk + j;
-      const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + row * D + c4);
-      dv.x += v.x, dv.y += v.y, dv.z += v.z, dv.w += v.w;
+      const float* head = p.dv_acc + (static_cast<int64_t>(b) * p.H + hk * group + g) * p.Nk * D + c4;
+      float4 v[kPasses];  // unconditional loads (keys past Nk read the last key again and are not added)
+#pragma unroll
+      for (int k = 0; k < kPasses; ++k)
+        v[k] = *reinterpret_cast<const float4*>(head + static_cast<int64_t>(min(j0 + seg + k * kSegs, p.Nk - 1)) * D);
+#pragma unroll
+      for (int k = 0; k < kPasses; ++k)
+        if (j0 + seg + k * kSegs < p.Nk) dv[k].x += v[k].x, dv[k].y += v[k].y, dv[k].z += v[k].z, dv[k].w += v[k].w;
     }
-    store_bf16_vec<4>(p.dv + ((static_cast<int64_t>(b) * p.Nk + j) * p.Hkv + hk) * D + c4, {dv.x, dv.y, dv.z, dv.w});
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int j = j0 + seg + k * kSegs;
+      if (j >= p.Nk) continue;
+      store_bf16_vec<4>(p.dv + ((static_cast<int64_t>(b) * p.Nk + j) * p.Hkv + hk) * D + c4,
+                        {dv[k].x, dv[k].y, dv[k].z, dv[k].w});
+    }
   }
   float4 dk[kPasses];
 #pragma unroll

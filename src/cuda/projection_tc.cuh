@@ -629,7 +629,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first) * p.H + h) * D + d0;
   const float4* sct = sc;  // row t's scalars
   for (int t = 0; t < nr; ++t, sct += 3, dqo += static_cast<int64_t>(p.H) * D) {
-    ThreshColLoads<D> next;  // (left unset after the last row: never read)
+    ThreshColLoads<D> next = {};  // (zeros after the last row: never read)
     if (t + 1 < nr) {
       dqa += D;
       qr += p.q.s1;

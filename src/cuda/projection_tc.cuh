@@ -406,6 +406,105 @@ __device__ __forceinline__ ThreshRowLoads<D, kLanes> thresh_row_loads(const Kern
   return x;
 }
 
+// The pieces of a row's list arithmetic that thresh_dq_row (any kLanes) and thresh_dq_warp_rows (v1.35) share;
+// jt, pt: this lane's entry (key 0, p = 0 past the row's count cnt); the entry loops run to cnt_all (the larger
+// count of the warp's two rows with kLanes = 16, else cnt) with the lanes of a shorter row idle.
+
+// acc += sum over the row's entries, in list order, of p_j K_j (this lane's kV columns, from k_head): four entries'
+// K rows in flight at a time (packed BF16 pairs until used).
+template <int kV, int kLanes>
+__device__ __forceinline__ void thresh_entries_k(const __nv_bfloat16* k_head, int64_t k_s1, int jt, float pt, int cnt,
+                                                 int cnt_all, float (&acc)[kV]) {
+  constexpr int kCap = kLanes;
+  for (int t0 = 0; t0 < cnt_all; t0 += 4) {
+    uint32_t kw[4][kV / 2];
+    float pj[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1), kLanes);
+      pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1), kLanes);
+      if (t0 + u < cnt) load_bf16_packed<kV>(k_head + j * k_s1, kw[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (t0 + u < cnt) {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float kf = e % 2 == 0 ? bf16_lo(kw[u][e / 2]) : bf16_hi(kw[u][e / 2]);
+          acc[e] = fmaf(pj[u], kf, acc[e]);
+        }
+      }
+  }
+}
+
+// The listed entries' own share of P (K U) off the tail, and their P mass: ku = this lane's entry's bf16(K U) row
+// (16 bytes, zeros past the count), summed over the row's lanes (group_sum8). The whole warp calls it.
+template <int kLanes>
+__device__ __forceinline__ float thresh_listed_share(uint4 ku, float pt, int lane, float (&tail)[kTailRank]) {
+  const uint32_t w[4] = {ku.x, ku.y, ku.z, ku.w};
+  float y[kLowRank];
+#pragma unroll
+  for (int v = 0; v < kTailRank; ++v) y[v] = pt * (v % 2 == 0 ? bf16_lo(w[v / 2]) : bf16_hi(w[v / 2]));
+  y[kTailRank] = pt;
+#pragma unroll
+  for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
+  group_sum8<kLanes>(y, lane);
+#pragma unroll
+  for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
+  return y[kTailRank];
+}
+
+// rest_i of row i with `cnt` listed entries of P mass `mass`; s and c come in as s_rec and rsum / s_rec and go out
+// as the row's values. With the forward's statistics (v3.9), a row whose visible keys are all listed takes its
+// listed mass as s_i, so that its dS' sums to zero exactly (the CPU's rule, docs/gproj-forward-stats.md); with
+// the backward's they are the same sum. Only there: with the division after the entries' sums for every row,
+// thresh_dq_kernel took 158 instead of 130 µs at D = 128, N = 4k (session 12, runs 3-8).
+__device__ __forceinline__ float thresh_row_rest(const KernelParams& p, int i, int cnt, float mass, float rsum,
+                                                 bool valid, float& s, float& c) {
+  const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
+  const int n_rest = n_vis - cnt;
+  if (p.fwd_stats != nullptr && n_rest <= 0) {
+    s = mass;
+    c = s > 0.0f ? rsum / s : 0.0f;
+  }
+  return valid && s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
+}
+
+// The listed entries' dK corrections -(c p_j - rest_i) Q_i (qf: this lane's kV columns of Q_i), in list order:
+// into the warp's per-key table, or straight to dk_acc (head row bh) when the table has no slot for the key.
+template <int D, int kLanes>
+__device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkTable<D, kLanes>& tab, int64_t bh,
+                                                  int jt, float pt, int cnt, int cnt_all, float c, float rest,
+                                                  const float (&qf)[D / kLanes], int lane) {
+  constexpr int kV = D / kLanes, kCap = kLanes;
+  const int d0 = (lane % kLanes) * kV;
+  for (int t = 0; t < cnt_all; ++t) {
+    const int j = __shfl_sync(0xffffffffu, jt, t & (kCap - 1), kLanes);
+    const float w = c * __shfl_sync(0xffffffffu, pt, t & (kCap - 1), kLanes) - rest;
+    const bool active = t < cnt;  // (always, one row per warp)
+    const int slot = tab.slot(j, lane, active);
+    if (!active) continue;
+    if (slot >= 0) {  // into the warp's per-key sum (the lane's own columns)
+      float* a = tab.acc + slot * D + d0;
+      if constexpr (kV == 4) {
+        float4 t4 = *reinterpret_cast<float4*>(a);
+        t4.x = fmaf(-w, qf[0], t4.x), t4.y = fmaf(-w, qf[1], t4.y), t4.z = fmaf(-w, qf[2], t4.z),
+        t4.w = fmaf(-w, qf[3], t4.w);
+        *reinterpret_cast<float4*>(a) = t4;
+      } else {
+        float2 t2 = *reinterpret_cast<float2*>(a);
+        t2.x = fmaf(-w, qf[0], t2.x), t2.y = fmaf(-w, qf[1], t2.y);
+        *reinterpret_cast<float2*>(a) = t2;
+      }
+      continue;
+    }
+    float v[kV];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v[e] = -w * qf[e];
+    atomic_add_vec<kV>(p.dk_acc + (bh * p.Nk + j) * D + d0, v);
+  }
+}
+
 // The dQ correction of row i (one warp, or with kLanes = 16 one half-warp: v1.31), for thresh_dq_kernel, from its
 // loads `x` (thresh_row_loads); adds rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U
 // are the second (and last) round of loads; then only arithmetic, the dQ store and the dK atomics. With two rows per
@@ -415,7 +514,7 @@ template <int D, int kLanes = 32>
 __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, const __nv_bfloat16* ku_head,
                                               WarpDkTable<D, kLanes>& tab, int b, int h, int hk, int i, int lane,
                                               bool valid, ThreshRowLoads<D, kLanes> x, float (&part)[D / kLanes]) {
-  constexpr int kV = D / kLanes, kCap = kLanes;  // list_cap <= kLanes (launch.cu): one slot per lane
+  constexpr int kV = D / kLanes;  // list_cap <= kLanes (launch.cu): one slot per lane
   const int sub = lane % kLanes;
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
   const int d0 = sub * kV;
@@ -432,70 +531,20 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   const int jt = x.jt;
   const float pt = x.pt;
   // Second round: this lane's entry's bf16(K U) (one 16-byte load) and, for every entry, the lane's columns of K_j.
-  float kuv[kLowRank];
-  {
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (sub < cnt) raw = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int v = 0; v < kLowRank / 2; ++v) {
-      kuv[2 * v] = bf16_lo(w[v]);
-      kuv[2 * v + 1] = bf16_hi(w[v]);
-    }
-  }
+  uint4 ku = make_uint4(0, 0, 0, 0);
+  if (sub < cnt) ku = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
   float acc[kV], back[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
-  // Four entries' K rows in flight at a time (packed BF16 pairs until used); per element the same FMAs in list
-  // order as one at a time.
   const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
-  for (int t0 = 0; t0 < cnt_all; t0 += 4) {
-    uint32_t kw[4][kV / 2];
-    float pj[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1), kLanes);
-      pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1), kLanes);
-      if (t0 + u < cnt) load_bf16_packed<kV>(k_head + j * p.k.s1, kw[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (t0 + u < cnt) {
-#pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float kf = e % 2 == 0 ? bf16_lo(kw[u][e / 2]) : bf16_hi(kw[u][e / 2]);
-          acc[e] = fmaf(pj[u], kf, acc[e]);
-        }
-      }
-  }
+  thresh_entries_k<kV, kLanes>(k_head, p.k.s1, jt, pt, cnt, cnt_all, acc);
   float tail[kTailRank];
 #pragma unroll
   for (int v = 0; v < kTailRank; ++v) tail[v] = __shfl_sync(0xffffffffu, x.rec, v, kLanes);
   float mass = 0.0f;
-  if (cnt_all > 0) {  // (warp-uniform) the listed entries' own share of P (K U), and their P mass
-    float y[kLowRank];
-#pragma unroll
-    for (int v = 0; v < kTailRank; ++v) y[v] = pt * kuv[v];  // pt = 0 past the count
-    y[kTailRank] = pt;
-#pragma unroll
-    for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
-    group_sum8<kLanes>(y, lane);
-#pragma unroll
-    for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
-    mass = y[kTailRank];
-  }
-  const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
-  const int n_rest = n_vis - cnt;
-  // With the forward's statistics (v3.9), a row whose visible keys are all listed takes its listed mass as s_i, so
-  // that its dS' sums to zero exactly (the CPU's rule, docs/gproj-forward-stats.md); with the backward's they are
-  // the same sum. Only there: with the division after the entries' sums for every row, this kernel took 158
-  // instead of 130 µs at D = 128, N = 4k (session 12, runs 3-8).
+  if (cnt_all > 0) mass = thresh_listed_share<kLanes>(ku, pt, lane, tail);  // (warp-uniform)
   float s = s_rec;
-  if (p.fwd_stats != nullptr && n_rest <= 0) {
-    s = mass;
-    c = s > 0.0f ? rsum / s : 0.0f;
-  }
-  const float rest = valid && s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
+  const float rest = thresh_row_rest(p, i, cnt, mass, rsum, valid, s, c);
   // Lane owns kV consecutive columns d0.. (one vector access each: the dQ store and the dK atomics); per element
   // the same operations in the same order as one column at a time.
 #pragma unroll
@@ -516,30 +565,7 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
   for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(x.q2[x2]), qf[2 * x2 + 1] = bf16_hi(x.q2[x2]);
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
-  for (int t = 0; t < cnt_all; ++t) {
-    const int j = __shfl_sync(0xffffffffu, jt, t & (kCap - 1), kLanes);
-    const float w = c * __shfl_sync(0xffffffffu, pt, t & (kCap - 1), kLanes) - rest;
-    const bool active = t < cnt;  // (always, one row per warp)
-    const int slot = tab.slot(j, lane, active);
-    if (!active) continue;
-    if (slot >= 0) {  // into the warp's per-key sum (the lane's own columns)
-      float* a = tab.acc + slot * D + d0;
-      if constexpr (kV == 4) {
-        float4 t = *reinterpret_cast<float4*>(a);
-        t.x = fmaf(-w, qf[0], t.x), t.y = fmaf(-w, qf[1], t.y), t.z = fmaf(-w, qf[2], t.z), t.w = fmaf(-w, qf[3], t.w);
-        *reinterpret_cast<float4*>(a) = t;
-      } else {
-        float2 t = *reinterpret_cast<float2*>(a);
-        t.x = fmaf(-w, qf[0], t.x), t.y = fmaf(-w, qf[1], t.y);
-        *reinterpret_cast<float2*>(a) = t;
-      }
-      continue;
-    }
-    float v[kV];
-#pragma unroll
-    for (int e = 0; e < kV; ++e) v[e] = -w * qf[e];
-    atomic_add_vec<kV>(p.dk_acc + ((static_cast<int64_t>(b) * p.H + h) * p.Nk + j) * D + d0, v);
-  }
+  thresh_entries_dk<D, kLanes>(p, tab, static_cast<int64_t>(b) * p.H + h, jt, pt, cnt, cnt_all, c, rest, qf, lane);
 }
 
 // v1.35: a warp's rows at D / 32 columns per lane (kLanes = 32) in two phases. Before, every row ran the same
@@ -566,7 +592,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
                                                     const __nv_bfloat16* ku_head, WarpDkTable<D>& tab, float4* sc,
                                                     int b, int h, int hk, int i_first, int nr, int lane,
                                                     float (&part)[D / 32]) {
-  constexpr int kV = D / 32, kCap = 32;
+  constexpr int kV = D / 32;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h, row0 = bh * p.Nq + i_first;
   const int d0 = lane * kV;
   // Running pointers to row t's dQacc and Q columns and dQ (one 64-bit add each per row: per-row index
@@ -645,52 +671,14 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     const int jt = cur.jt;
     const float pt = cur.pt;
     if (cnt > 0) {  // (warp-uniform) thresh_dq_row's list arithmetic for this row
-      const float s_rec = v1.z, rsum = v1.w;
-      // This lane's entry's bf16(K U), packed until the sums below (fewer live registers across the K rows).
-      uint4 raw = make_uint4(0, 0, 0, 0);
-      if (lane < cnt) raw = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
+      float s = v1.z;  // s_rec
+      const float rsum = v1.w;
+      uint4 ku = make_uint4(0, 0, 0, 0);  // this lane's entry's bf16(K U)
+      if (lane < cnt) ku = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
       const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
-      for (int t0 = 0; t0 < cnt; t0 += 4) {
-        uint32_t kw[4][kV / 2];
-        float pj[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1));
-          pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1));
-          if (t0 + u < cnt) load_bf16_packed<kV>(k_head + j * p.k.s1, kw[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          if (t0 + u < cnt) {
-#pragma unroll
-            for (int e = 0; e < kV; ++e) {
-              const float kf = e % 2 == 0 ? bf16_lo(kw[u][e / 2]) : bf16_hi(kw[u][e / 2]);
-              acc[e] = fmaf(pj[u], kf, acc[e]);
-            }
-          }
-      }
-      float y[kLowRank];
-      {
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-        for (int v = 0; v < kTailRank; ++v) y[v] = pt * (v % 2 == 0 ? bf16_lo(w[v / 2]) : bf16_hi(w[v / 2]));
-      }  // (pt = 0 past the count)
-      y[kTailRank] = pt;
-#pragma unroll
-      for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
-      group_sum8<32>(y, lane);
-#pragma unroll
-      for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
-      const float mass = y[kTailRank];
-      const int i = i_first + t;
-      const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
-      const int n_rest = n_vis - cnt;
-      float s = s_rec;
-      if (p.fwd_stats != nullptr && n_rest <= 0) {
-        s = mass;
-        c = s > 0.0f ? rsum / s : 0.0f;
-      }
-      rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
+      thresh_entries_k<kV, 32>(k_head, p.k.s1, jt, pt, cnt, cnt, acc);
+      const float mass = thresh_listed_share<32>(ku, pt, lane, tail);
+      rest = thresh_row_rest(p, i_first + t, cnt, mass, rsum, true, s, c);
       __syncwarp();  // every lane has read v2 (racecheck: the shuffles above order no memory)
       if (lane == 0) sc[3 * t + 2] = make_float4(c, rest, s, v2.w);  // for the stores at the end
     }
@@ -707,29 +695,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(cur.q2[x2]), qf[2 * x2 + 1] = bf16_hi(cur.q2[x2]);
 #pragma unroll
     for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
-    for (int u = 0; u < cnt; ++u) {
-      const int j = __shfl_sync(0xffffffffu, jt, u & (kCap - 1));
-      const float w = c * __shfl_sync(0xffffffffu, pt, u & (kCap - 1)) - rest;
-      const int slot = tab.slot(j, lane, true);
-      if (slot >= 0) {  // into the warp's per-key sum (the lane's own columns)
-        float* a = tab.acc + slot * D + d0;
-        if constexpr (kV == 4) {
-          float4 t4 = *reinterpret_cast<float4*>(a);
-          t4.x = fmaf(-w, qf[0], t4.x), t4.y = fmaf(-w, qf[1], t4.y), t4.z = fmaf(-w, qf[2], t4.z),
-          t4.w = fmaf(-w, qf[3], t4.w);
-          *reinterpret_cast<float4*>(a) = t4;
-        } else {
-          float2 t2 = *reinterpret_cast<float2*>(a);
-          t2.x = fmaf(-w, qf[0], t2.x), t2.y = fmaf(-w, qf[1], t2.y);
-          *reinterpret_cast<float2*>(a) = t2;
-        }
-        continue;
-      }
-      float v[kV];
-#pragma unroll
-      for (int e = 0; e < kV; ++e) v[e] = -w * qf[e];
-      atomic_add_vec<kV>(p.dk_acc + (bh * p.Nk + j) * D + d0, v);
-    }
+    thresh_entries_dk<D, 32>(p, tab, bh, jt, pt, cnt, cnt, c, rest, qf, lane);
     cur = next;
   }
   __syncwarp();

@@ -297,11 +297,13 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
 // thresh-lowrank on a synthetic state on the default CUDA kernels: within the stress bar (0.5%) and as accurate
 // as the CPU emulator (its error against float64 at most a third of an output rounding above the emulator's).
 void expect_thresh_within_bar_and_cpu(const SyntheticSpec& spec, const std::string& label,
-                                      int basis_key_stride = FlashParams{}.basis_key_stride) {
+                                      int basis_key_stride = FlashParams{}.basis_key_stride,
+                                      int thresh_k = FlashParams{}.thresh_k) {
   const AttentionState s = make_synthetic(spec);
   const OracleRun oracle = run_oracle(s);
   FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
   p.basis_key_stride = basis_key_stride;
+  p.thresh_k = thresh_k;
   const VariantRun cpu = run_variant(s, p, oracle, Device::kCpu);
   const VariantRun gpu = run_variant(s, p, oracle, Device::kCuda);
   std::printf("  %-28s cuda dQ %.3f%% dK %.3f%% (cpu %.3f%% %.3f%%); %s\n", label.c_str(), 100 * gpu.dq.rel_fro,
@@ -329,6 +331,28 @@ TEST(Cuda, ThreshLowRankOnSharpRowsAtD128) {
     spec.seed = 77;
     expect_thresh_within_bar_and_cpu(spec, std::string("sharp d128 ") + (causal ? "causal" : "full"));
   }
+}
+
+// thresh-lowrank with thresh_k = 32 (entries >= 1/32, up to 32 a row; ~2x the entries of the default on these
+// rows) on sharp rows: the dQ correction with a 32-slot list (every lane of a row holds a slot), and at D = 64 its
+// one-row-per-warp kernel (thresh_dq_kernel<64, 32>, v1.35's walk at two columns per lane), which the default
+// thresh_k = 16 never selects (the pairs kernel runs there). GQA, causal and not. The CPU emulator gives dQ and dK
+// errors of 0.21% on all four (session 14; added then, first run on a GPU in session 15).
+TEST(Cuda, ThreshLowRankWithThirtyTwoSlotsARow) {
+  GPROJ_REQUIRE_GPU();
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      SyntheticSpec spec;
+      spec.Nq = spec.Nk = 640;
+      spec.H = 4;
+      spec.Hkv = 2;
+      spec.D = d;
+      spec.causal = causal;
+      spec.q_std = 4.0f;
+      spec.seed = 78;
+      expect_thresh_within_bar_and_cpu(spec, "thresh_k 32 d" + std::to_string(d) + (causal ? " causal" : " full"),
+                                       FlashParams{}.basis_key_stride, 32);
+    }
 }
 
 // thresh-lowrank with 20480 keys (320 tiles, 80 of them in the default basis): the Gram matrix's chunks grow past

@@ -168,9 +168,9 @@ __device__ inline void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint
 }
 
 // d (64 x 128) = / += A B with A from registers (as wgmma_rs_n64) and B MN-major in shared memory, its two column
-// blocks of 64 the descriptor's N-block stride apart: the forward's O += bf16(P) V at D = 128 in one product per
-// 16 keys instead of two (session 13: A leaves the registers once per k-step, not twice). d[32 b + e] is element e
-// of column block b in wgmma_rs_n64's layout.
+// blocks of 64 the descriptor's N-block stride apart: at D = 128 the forward's O += bf16(P) V and the backward's
+// dV += bf16(P^T) dO, dK += bf16(dS^T) Q in one product per 16 keys (queries) instead of two (session 13: A leaves
+// the registers once per k-step, not twice). d[32 b + e] is element e of column block b in wgmma_rs_n64's layout.
 template <int kTnspB>
 __device__ inline void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int accumulate) {
   asm volatile(

@@ -18,6 +18,9 @@ struct SyntheticSpec {
   float v_mean = 0.0f;        // constant added to every element of V
 };
 
+// The spec of one batch (B = 1) of Nq queries and Nk keys, H query heads on Hkv kv heads, unit scales.
+SyntheticSpec synthetic_spec(int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, bool causal, uint64_t seed);
+
 // Gaussian q, k, v, do drawn from a counter-based generator (same values on every platform).
 AttentionState make_synthetic(const SyntheticSpec& spec);
 

@@ -13,19 +13,6 @@ namespace gproj {
 
 namespace {
 
-SyntheticSpec spec(int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, bool causal, uint64_t seed) {
-  SyntheticSpec s;
-  s.B = 1;
-  s.Nq = Nq;
-  s.Nk = Nk;
-  s.H = H;
-  s.Hkv = Hkv;
-  s.D = D;
-  s.causal = causal;
-  s.seed = seed;
-  return s;
-}
-
 // Adds `scale` * (a second random direction) to every key: with make_synthetic's first shared direction the
 // shared part has rank 2.
 void add_second_key_direction(AttentionState& st, float scale, uint64_t seed) {
@@ -84,54 +71,54 @@ std::vector<StressCase> build_synthetic() {
   c.push_back({"shared-keys", "synthetic",
                "keys share a large rank-2 component (16x and 8x the noise): r_i of bf16(dS) leaks into dQ",
                [] {
-                 SyntheticSpec s = spec(1024, 1024, 4, 4, 64, false, 101);
+                 SyntheticSpec s = synthetic_spec(1024, 1024, 4, 4, 64, false, 101);
                  s.shared_key = 16.0f;
                  return with(s, [](AttentionState& st) { add_second_key_direction(st, 8.0f, 102); });
                }});
   c.push_back({"shared-keys-causal-gqa", "synthetic",
                "shared key component, causal, GQA (8 query heads on 2 kv heads), D = 128", [] {
-                 SyntheticSpec s = spec(512, 512, 8, 2, 128, true, 111);
+                 SyntheticSpec s = synthetic_spec(512, 512, 8, 2, 128, true, 111);
                  s.shared_key = 16.0f;
                  return with(s);
                }});
   c.push_back({"shared-queries", "synthetic",
                "queries share a large component: the column sums of dS carry it into dK", [] {
-                 SyntheticSpec s = spec(1024, 1024, 4, 4, 64, true, 121);
+                 SyntheticSpec s = synthetic_spec(1024, 1024, 4, 4, 64, true, 121);
                  s.shared_query = 16.0f;
                  return with(s);
                }});
   c.push_back({"sink-ties-positive", "synthetic",
                "attention sink: 4 identical keys tie exactly at a positive row max; V has mean -1", [] {
-                 SyntheticSpec s = spec(512, 512, 4, 4, 64, true, 131);
+                 SyntheticSpec s = synthetic_spec(512, 512, 4, 4, 64, true, 131);
                  s.v_mean = -1.0f;
                  return with(s, [](AttentionState& st) { tie_rows(st, 4, 1.0f, 132); });
                }});
   c.push_back({"sink-ties-large", "synthetic",
                "4 identical keys tie at row maxima near 100 (others ~90 +- 1): the published fwdfix lift underflows", [] {
-                 SyntheticSpec s = spec(512, 512, 4, 4, 64, true, 133);
+                 SyntheticSpec s = synthetic_spec(512, 512, 4, 4, 64, true, 133);
                  s.v_mean = -1.0f;
                  return with(s, [](AttentionState& st) { tie_rows(st, 4, 1.0f, 134, 12.5f, 0.9f); });
                }});
   c.push_back({"ties-negative", "synthetic", "4 identical keys tie exactly at a negative row max", [] {
-                 SyntheticSpec s = spec(512, 512, 4, 4, 64, false, 141);
+                 SyntheticSpec s = synthetic_spec(512, 512, 4, 4, 64, false, 141);
                  return with(s, [](AttentionState& st) { tie_rows(st, 4, -1.0f, 142); });
                }});
   c.push_back({"sharp-rows", "synthetic", "scores 4x sharper (queries scaled by 4): near one-hot softmax rows", [] {
-                 SyntheticSpec s = spec(1024, 1024, 4, 4, 64, true, 151);
+                 SyntheticSpec s = synthetic_spec(1024, 1024, 4, 4, 64, true, 151);
                  s.q_std = 4.0f;
                  return with(s);
                }});
   c.push_back({"long-rows", "synthetic", "8192 keys per row (Nq = 128, causal, bottom-right aligned)", [] {
-                 return with(spec(128, 8192, 2, 2, 64, true, 161));
+                 return with(synthetic_spec(128, 8192, 2, 2, 64, true, 161));
                }});
   c.push_back({"cross-mqa", "synthetic", "Nq != Nk (97 x 1025), MQA (4 query heads on 1 kv head)", [] {
-                 return with(spec(97, 1025, 4, 1, 64, false, 171));
+                 return with(synthetic_spec(97, 1025, 4, 1, 64, false, 171));
                }});
   c.push_back({"masked-rows", "synthetic", "causal with Nq > Nk: the first 100 query rows see no key", [] {
-                 return with(spec(300, 200, 2, 2, 64, true, 181));
+                 return with(synthetic_spec(300, 200, 2, 2, 64, true, 181));
                }});
   c.push_back({"random-d128", "synthetic", "plain random inputs, D = 128, causal: the control case", [] {
-                 return with(spec(1024, 1024, 2, 2, 128, true, 191));
+                 return with(synthetic_spec(1024, 1024, 2, 2, 128, true, 191));
                }});
   return c;
 }

@@ -54,6 +54,19 @@ double gaussian(uint64_t seed, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+SyntheticSpec synthetic_spec(int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, bool causal, uint64_t seed) {
+  SyntheticSpec s;
+  s.B = 1;
+  s.Nq = Nq;
+  s.Nk = Nk;
+  s.H = H;
+  s.Hkv = Hkv;
+  s.D = D;
+  s.causal = causal;
+  s.seed = seed;
+  return s;
+}
+
 AttentionState make_synthetic(const SyntheticSpec& s) {
   if (s.B < 1 || s.Nq < 1 || s.Nk < 1 || s.H < 1 || s.Hkv < 1 || s.D < 1 || s.H % s.Hkv != 0) {
     throw Error(ErrorCode::kShape, "synthetic spec: extents must be >= 1 and H % Hkv == 0");

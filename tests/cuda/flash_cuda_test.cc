@@ -294,6 +294,15 @@ TEST(Cuda, ThreshLowRankMeetsTheBarsAsAccuratelyAsTheCpu) {
   }
 }
 
+// A Gaussian state (B = 1) with H query heads on Hkv kv heads and queries scaled by q_std (sharper rows), for the
+// thresh-lowrank tests below.
+SyntheticSpec gqa_spec(int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, bool causal, float q_std,
+                       uint64_t seed) {
+  SyntheticSpec spec = synthetic_spec(Nq, Nk, H, Hkv, D, causal, seed);
+  spec.q_std = q_std;
+  return spec;
+}
+
 // thresh-lowrank on a synthetic state on the default CUDA kernels: within the stress bar (0.5%) and as accurate
 // as the CPU emulator (its error against float64 at most a third of an output rounding above the emulator's).
 void expect_thresh_within_bar_and_cpu(const SyntheticSpec& spec, const std::string& label,
@@ -321,15 +330,8 @@ void expect_thresh_within_bar_and_cpu(const SyntheticSpec& spec, const std::stri
 TEST(Cuda, ThreshLowRankOnSharpRowsAtD128) {
   GPROJ_REQUIRE_GPU();
   for (bool causal : {false, true}) {
-    SyntheticSpec spec;
-    spec.Nq = spec.Nk = 1024;
-    spec.H = 4;
-    spec.Hkv = 2;
-    spec.D = 128;
-    spec.causal = causal;
-    spec.q_std = 4.0f;
-    spec.seed = 77;
-    expect_thresh_within_bar_and_cpu(spec, std::string("sharp d128 ") + (causal ? "causal" : "full"));
+    expect_thresh_within_bar_and_cpu(gqa_spec(1024, 1024, 4, 2, 128, causal, 4.0f, 77),
+                                     std::string("sharp d128 ") + (causal ? "causal" : "full"));
   }
 }
 
@@ -342,15 +344,8 @@ TEST(Cuda, ThreshLowRankWithThirtyTwoSlotsARow) {
   GPROJ_REQUIRE_GPU();
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
-      SyntheticSpec spec;
-      spec.Nq = spec.Nk = 640;
-      spec.H = 4;
-      spec.Hkv = 2;
-      spec.D = d;
-      spec.causal = causal;
-      spec.q_std = 4.0f;
-      spec.seed = 78;
-      expect_thresh_within_bar_and_cpu(spec, "thresh_k 32 d" + std::to_string(d) + (causal ? " causal" : " full"),
+      expect_thresh_within_bar_and_cpu(gqa_spec(640, 640, 4, 2, d, causal, 4.0f, 78),
+                                       "thresh_k 32 d" + std::to_string(d) + (causal ? " causal" : " full"),
                                        FlashParams{}.basis_key_stride, 32);
     }
 }
@@ -363,15 +358,7 @@ TEST(Cuda, ThreshLowRankWithManyKeysUsesEveryGramChunk) {
   GPROJ_REQUIRE_GPU();
   for (int64_t D : {64, 128}) {
     for (bool causal : {false, true}) {
-      SyntheticSpec spec;
-      spec.Nq = 64;
-      spec.Nk = 20480;
-      spec.H = 2;
-      spec.Hkv = 1;
-      spec.D = D;
-      spec.causal = causal;
-      spec.q_std = 2.0f;
-      spec.seed = 91;
+      const SyntheticSpec spec = gqa_spec(64, 20480, 2, 1, D, causal, 2.0f, 91);
       for (int stride : {4, 1}) {
         expect_thresh_within_bar_and_cpu(spec, "20480 keys d" + std::to_string(D) + (causal ? " causal" : " full") +
                                                    " basis 1/" + std::to_string(stride), stride);

@@ -578,109 +578,106 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // its tail, mass, s_i, c_i and rest_i from its list exactly as thresh_dq_row does (the same operations in the
 // same order, so the same bits). rest_i, s_i and r_i go out from the table at the end, one row per lane.
 // Each row's dQacc and Q columns (and list slots, when its count says it has entries) are loaded a row ahead.
-template <int D>
+template <int D, int kLanes = 32>
 struct ThreshColLoads {
-  static constexpr int kV = D / 32;
+  static constexpr int kV = D / kLanes;
   float dq[kV];
   uint32_t q2[kV / 2];
   int jt;
   float pt;
 };
 
-template <int D>
+// kLanes = 16 (v1.37, D = 64 when thresh_k <= 16): the same two phases with two rows per step, a half-warp each
+// (rows 2 s and 2 s + 1); a half past the warp's last row loads nothing and writes nothing. The entry loops run
+// to the larger of the two rows' counts; a row without entries keeps its scalar-phase values (its half's p are
+// zero, so the shared sums leave its tail and mass as they were).
+template <int D, int kLanes>
 __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const float* su,
-                                                    const __nv_bfloat16* ku_head, WarpDkTable<D>& tab, float4* sc,
-                                                    int b, int h, int hk, int i_first, int nr, int lane,
-                                                    float (&part)[D / 32]) {
-  constexpr int kV = D / 32;
+                                                    const __nv_bfloat16* ku_head, WarpDkTable<D, kLanes>& tab,
+                                                    float4* sc, int b, int h, int hk, int i_first, int nr, int lane,
+                                                    float (&part)[D / kLanes]) {
+  constexpr int kV = D / kLanes, kR = 32 / kLanes;  // columns per lane, rows per step
+  const int sub = kLanes == 32 ? lane : lane % kLanes, half = kLanes == 32 ? 0 : lane / kLanes;  // (lane < 32)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h, row0 = bh * p.Nq + i_first;
-  const int d0 = lane * kV;
-  // Running pointers to row t's dQacc and Q columns and dQ (one 64-bit add each per row: per-row index
-  // arithmetic was ~45 of the walk's instructions in the first build of this form).
-  const float* dqa = p.dq_acc + row0 * D + d0;
-  const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + static_cast<int64_t>(i_first) * p.q.s1 +
-                   h * p.q.s2 + d0;
-  const auto col_loads = [&](int t, int cnt) {
-    ThreshColLoads<D> x;
-    if constexpr (kV == 4) {
-      const float4 a = *reinterpret_cast<const float4*>(dqa);
-      x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
-    } else {
-      const float2 a = *reinterpret_cast<const float2*>(dqa);
-      x.dq[0] = a.x, x.dq[1] = a.y;
-    }
-    load_bf16_packed<kV>(qr, x.q2);
-    x.jt = 0;
-    x.pt = 0.0f;
-    if (lane < cnt) {  // (cnt = 0 for a row without entries: no list loads)
-      const int64_t at = (row0 + t) * p.list_cap + lane;
-      x.jt = p.list_j[at];
-      x.pt = p.list_p[at];
+  const int d0 = sub * kV;
+  // Running pointers to this half's row of the step (row half, then + kR per step): its dQacc and Q columns and dQ
+  // (one 64-bit add each per step: per-row index arithmetic was ~45 of the walk's instructions in the first build
+  // of this form).
+  const float* dqa = p.dq_acc + (row0 + half) * D + d0;
+  const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 +
+                   static_cast<int64_t>(i_first + half) * p.q.s1 + h * p.q.s2 + d0;
+  const auto col_loads = [&](int t, int cnt) {  // this half's row t (< nr: else zeros and no loads)
+    ThreshColLoads<D, kLanes> x = {};
+    if (kR == 1 || t < nr) {
+      if constexpr (kV == 4) {
+        const float4 a = *reinterpret_cast<const float4*>(dqa);
+        x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
+      } else {
+        const float2 a = *reinterpret_cast<const float2*>(dqa);
+        x.dq[0] = a.x, x.dq[1] = a.y;
+      }
+      load_bf16_packed<kV>(qr, x.q2);
+      if (sub < cnt) {  // (cnt = 0 for a row without entries: no list loads)
+        const int64_t at = (row0 + t) * p.list_cap + sub;
+        x.jt = p.list_j[at];
+        x.pt = p.list_p[at];
+      }
     }
     return x;
   };
-  // Row 0's columns and all its list slots in flight during the scalar phase (its count is not known yet: the
-  // slots past it, never written, are zeroed below; without this, a row 0 with entries waited for its list after
-  // the scalar phase, and trained-like rows, ~3 entries each, got 2% slower: session 14, run 2).
-  ThreshColLoads<D> cur = col_loads(0, p.list_cap);
+  // The first step's columns and all its list slots in flight during the scalar phase (the counts are not known
+  // yet: the slots past them, never written, are zeroed below; without this, a row with entries waited for its
+  // list after the scalar phase, and trained-like rows, ~3 entries each, got 2% slower: session 14, run 2).
+  ThreshColLoads<D, kLanes> cur = col_loads(half, p.list_cap);
   // Scalar phase: lane t < nr, row i_first + t.
   if (lane < nr) {
     const int64_t row = row0 + lane;
     const float4 r0 = *reinterpret_cast<const float4*>(p.pku + row * kLowRank);
     const float4 r1 = *reinterpret_cast<const float4*>(p.pku + row * kLowRank + 4);
     const int cnt = min(p.list_count[row], p.list_cap);
-    const float s_rec = r1.z, rsum = r1.w;  // columns kStatS, kStatR
-    float c = s_rec > 0.0f ? rsum / s_rec : 0.0f;
-    float s = s_rec, rest = 0.0f;
-    if (cnt == 0) {  // the row path's values with mass 0 (a row with entries is finished in the walk below)
-      const int i = i_first + lane;
-      const int n_vis = p.causal ? max(0, min(p.Nk, i + p.Nk - p.Nq + 1)) : p.Nk;
-      const int n_rest = n_vis;
-      const float mass = 0.0f;
-      if (p.fwd_stats != nullptr && n_rest <= 0) {
-        s = mass;
-        c = s > 0.0f ? rsum / s : 0.0f;
-      }
-      rest = s > 0.0f && n_rest > 0 ? c * (s - mass) / static_cast<float>(n_rest) : 0.0f;
-    }
+    float s = r1.z, c = s > 0.0f ? r1.w / s : 0.0f, rest = 0.0f;  // s_rec, r_i / s_rec (columns kStatS, kStatR)
+    // A row without entries gets its row path's values here (mass 0); one with entries is finished in the walk.
+    if (cnt == 0) rest = thresh_row_rest(p, i_first + lane, 0, 0.0f, r1.w, true, s, c);
     sc[3 * lane] = r0;
     sc[3 * lane + 1] = r1;
     sc[3 * lane + 2] = make_float4(c, rest, s, __int_as_float(cnt));
   }
   __syncwarp();
-  if (lane >= __float_as_int(sc[2].w)) {
+  if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
     cur.jt = 0;
     cur.pt = 0.0f;
   }
-  __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first) * p.H + h) * D + d0;
-  const float4* sct = sc;  // row t's scalars
-  for (int t = 0; t < nr; ++t, sct += 3, dqo += static_cast<int64_t>(p.H) * D) {
-    ThreshColLoads<D> next = {};  // (zeros after the last row: never read)
-    if (t + 1 < nr) {
-      dqa += D;
-      qr += p.q.s1;
-      next = col_loads(t + 1, __float_as_int(sct[5].w));
+  __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first + half) * p.H + h) * D + d0;
+  for (int t = half; t - half < nr; t += kR, dqo += static_cast<int64_t>(kR) * p.H * D) {
+    const bool valid = kR == 1 || t < nr;
+    ThreshColLoads<D, kLanes> next = {};  // (zeros after the last step: never read)
+    if (t - half + kR < nr) {
+      dqa += kR * D;
+      qr += kR * p.q.s1;
+      next = col_loads(t + kR, t + kR < nr ? __float_as_int(sc[3 * (t + kR) + 2].w) : 0);
     }
-    const float4 v0 = sct[0], v1 = sct[1], v2 = sct[2];
+    float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0, v2 = v0;  // a half past the last row: zeros
+    if (valid) v0 = sc[3 * t], v1 = sc[3 * t + 1], v2 = sc[3 * t + 2];
     float tail[kTailRank] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y};
     float c = v2.x, rest = v2.y;
     const int cnt = __float_as_int(v2.w);
+    // The loops' bound: the row's count, or the larger of the two rows' (warp-uniform either way).
+    const int cnt_all = kLanes == 32 ? cnt : max(cnt, __shfl_xor_sync(0xffffffffu, cnt, 16));
     float acc[kV], back[kV];
 #pragma unroll
     for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
     const int jt = cur.jt;
     const float pt = cur.pt;
-    if (cnt > 0) {  // (warp-uniform) thresh_dq_row's list arithmetic for this row
+    if (cnt_all > 0) {  // (warp-uniform) thresh_dq_row's list arithmetic for this step's rows
       float s = v1.z;  // s_rec
-      const float rsum = v1.w;
       uint4 ku = make_uint4(0, 0, 0, 0);  // this lane's entry's bf16(K U)
-      if (lane < cnt) ku = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
+      if (sub < cnt) ku = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
       const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
-      thresh_entries_k<kV, 32>(k_head, p.k.s1, jt, pt, cnt, cnt, acc);
-      const float mass = thresh_listed_share<32>(ku, pt, lane, tail);
-      rest = thresh_row_rest(p, i_first + t, cnt, mass, rsum, true, s, c);
-      __syncwarp();  // every lane has read v2 (racecheck: the shuffles above order no memory)
-      if (lane == 0) sc[3 * t + 2] = make_float4(c, rest, s, v2.w);  // for the stores at the end
+      thresh_entries_k<kV, kLanes>(k_head, p.k.s1, jt, pt, cnt, cnt_all, acc);
+      const float mass = thresh_listed_share<kLanes>(ku, pt, lane, tail);
+      if (cnt > 0) rest = thresh_row_rest(p, i_first + t, cnt, mass, v1.w, true, s, c);
+      __syncwarp();  // every lane has read its row's scalars (racecheck: the shuffles above order no memory)
+      if (sub == 0 && cnt > 0) sc[3 * t + 2] = make_float4(c, rest, s, v2.w);  // for the stores at the end
     }
 #pragma unroll
     for (int v = 0; v < kTailRank; ++v)
@@ -689,13 +686,13 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     float xs[kV];
 #pragma unroll
     for (int e = 0; e < kV; ++e) xs[e] = p.scale * (cur.dq[e] - c * (acc[e] + back[e]));
-    store_bf16_vec<kV>(dqo, xs);
+    if (valid) store_bf16_vec<kV>(dqo, xs);
     float qf[kV];  // Q_i's columns (exact)
 #pragma unroll
     for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(cur.q2[x2]), qf[2 * x2 + 1] = bf16_hi(cur.q2[x2]);
 #pragma unroll
     for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
-    thresh_entries_dk<D, 32>(p, tab, bh, jt, pt, cnt, cnt, c, rest, qf, lane);
+    thresh_entries_dk<D, kLanes>(p, tab, bh, jt, pt, cnt, cnt_all, c, rest, qf, lane);
     cur = next;
   }
   __syncwarp();
@@ -728,7 +725,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   __shared__ float su[kLowRank * D];
   __shared__ float sp[kWarps * D];
   __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];
-  __shared__ float4 scal[kLanes == 32 ? kWarps * kRowsPerWarp * 3 : 1];  // v1.35: [warp][row][12] scalars
+  __shared__ float4 scal[kWarps * kRowsPerWarp * 3];  // v1.35: [warp][row][12] scalars
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
@@ -747,22 +744,9 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   // before these rows' arithmetic. A half past i_end loads row i_end - 1 again and writes nothing.
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
-  if (i < i_end) {
-    if constexpr (kLanes == 32) {  // v1.35
-      thresh_dq_warp_rows<D>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3, b, h, hk, i, i_end - i, lane, part);
-    } else {
-      const int half = lane / kLanes;
-      ThreshRowLoads<D, kLanes> cur = thresh_row_loads<D, kLanes>(p, b, h, min(i + half, i_end - 1), lane);
-      for (; i < i_end; i += kRowsAtOnce) {
-        const int in = i + kRowsAtOnce;
-        const ThreshRowLoads<D, kLanes> next =
-            in < i_end ? thresh_row_loads<D, kLanes>(p, b, h, min(in + half, i_end - 1), lane) : cur;
-        thresh_dq_row<D, kLanes>(p, su, ku_head, tab, b, h, hk, min(i + half, i_end - 1), lane, i + half < i_end,
-                                 cur, part);
-        cur = next;
-      }
-    }
-  }
+  if (i < i_end)  // v1.35 (kLanes = 32), v1.37 (16)
+    thresh_dq_warp_rows<D, kLanes>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3, b, h, hk, i, i_end - i, lane,
+                                   part);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).
   // With two rows per warp a lane wrote D / 16 columns of its half's slots and now reads D / 32 columns of every

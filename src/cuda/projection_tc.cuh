@@ -366,47 +366,7 @@ struct WarpDkTable {
   __device__ static int holder(int slot) { return kLanes == 32 ? slot : slot % kRowSlots + (slot / kRowSlots) * 16; }
 };
 
-// What the dQ correction of one row reads before any of its arithmetic (thresh_dq_row): every value that depends
-// on the row alone, issued together so that a row waits for one memory latency instead of one per use. Lanes
-// past the list's count hold j = 0, p = 0 once `cnt` is known (the slots past it were never written).
-template <int D, int kLanes = 32>
-struct ThreshRowLoads {
-  static constexpr int kV = D / kLanes;
-  float rec;           // column lane % 8 of the row's statistics record: P (K U) (< kTailRank), s_i, r_i
-  int cnt, jt;         // the list's length; this lane's entry (lane < cnt)
-  float pt;
-  float dq[kV];            // the lane's kV columns of dQacc
-  uint32_t q2[kV / 2];     // and of Q_i, as packed BF16 pairs (converted where used: half the registers)
-};
-
-template <int D, int kLanes = 32>
-__device__ __forceinline__ ThreshRowLoads<D, kLanes> thresh_row_loads(const KernelParams& p, int b, int h, int i,
-                                                                      int lane) {
-  constexpr int kV = D / kLanes;
-  const int sub = lane % kLanes;  // the lane within its row's lanes
-  const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  const int d0 = sub * kV;
-  ThreshRowLoads<D, kLanes> x;
-  x.rec = p.pku[row * kLowRank + (sub & (kLowRank - 1))];
-  x.cnt = min(p.list_count[row], p.list_cap);
-  x.jt = 0;
-  x.pt = 0.0f;
-  if (sub < p.list_cap) {  // all slots at once; the count decides below which are real
-    x.jt = p.list_j[row * p.list_cap + sub];
-    x.pt = p.list_p[row * p.list_cap + sub];
-  }
-  if constexpr (kV == 4) {
-    const float4 a = *reinterpret_cast<const float4*>(p.dq_acc + row * D + d0);
-    x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
-  } else {
-    const float2 a = *reinterpret_cast<const float2*>(p.dq_acc + row * D + d0);
-    x.dq[0] = a.x, x.dq[1] = a.y;
-  }
-  load_bf16_packed<kV>(static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 + i * p.q.s1 + h * p.q.s2 + d0, x.q2);
-  return x;
-}
-
-// The pieces of a row's list arithmetic that thresh_dq_row (any kLanes) and thresh_dq_warp_rows (v1.35) share;
+// The pieces of a row's list arithmetic in thresh_dq_warp_rows (helpers since v1.31-v1.34's row path shared them);
 // jt, pt: this lane's entry (key 0, p = 0 past the row's count cnt); the entry loops run to cnt_all (the larger
 // count of the warp's two rows with kLanes = 16, else cnt) with the lanes of a shorter row idle.
 
@@ -505,69 +465,6 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
   }
 }
 
-// The dQ correction of row i (one warp, or with kLanes = 16 one half-warp: v1.31), for thresh_dq_kernel, from its
-// loads `x` (thresh_row_loads); adds rest_i Q_i to the lane's columns of `part`. The listed keys' rows of K and K U
-// are the second (and last) round of loads; then only arithmetic, the dQ store and the dK atomics. With two rows per
-// warp the shuffles stay within each half, the loops over entries run to the larger count with the other half's
-// lanes idle, and `valid` false (a half past the block's last row) makes the row's outputs none.
-template <int D, int kLanes = 32>
-__device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float* su, const __nv_bfloat16* ku_head,
-                                              WarpDkTable<D, kLanes>& tab, int b, int h, int hk, int i, int lane,
-                                              bool valid, ThreshRowLoads<D, kLanes> x, float (&part)[D / kLanes]) {
-  constexpr int kV = D / kLanes;  // list_cap <= kLanes (launch.cu): one slot per lane
-  const int sub = lane % kLanes;
-  const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  const int d0 = sub * kV;
-  const float s_rec = __shfl_sync(0xffffffffu, x.rec, kStatS, kLanes),
-              rsum = __shfl_sync(0xffffffffu, x.rec, kStatR, kLanes);
-  float c = s_rec > 0.0f ? rsum / s_rec : 0.0f;
-  const int cnt = valid ? x.cnt : 0;
-  // The loops' bound: the row's count, or the larger of the two rows' (warp-uniform either way).
-  const int cnt_all = kLanes == 32 ? cnt : max(cnt, __shfl_xor_sync(0xffffffffu, cnt, 16));
-  if (sub >= cnt) {
-    x.jt = 0;
-    x.pt = 0.0f;
-  }
-  const int jt = x.jt;
-  const float pt = x.pt;
-  // Second round: this lane's entry's bf16(K U) (one 16-byte load) and, for every entry, the lane's columns of K_j.
-  uint4 ku = make_uint4(0, 0, 0, 0);
-  if (sub < cnt) ku = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
-  float acc[kV], back[kV];
-#pragma unroll
-  for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
-  const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
-  thresh_entries_k<kV, kLanes>(k_head, p.k.s1, jt, pt, cnt, cnt_all, acc);
-  float tail[kTailRank];
-#pragma unroll
-  for (int v = 0; v < kTailRank; ++v) tail[v] = __shfl_sync(0xffffffffu, x.rec, v, kLanes);
-  float mass = 0.0f;
-  if (cnt_all > 0) mass = thresh_listed_share<kLanes>(ku, pt, lane, tail);  // (warp-uniform)
-  float s = s_rec;
-  const float rest = thresh_row_rest(p, i, cnt, mass, rsum, valid, s, c);
-  // Lane owns kV consecutive columns d0.. (one vector access each: the dQ store and the dK atomics); per element
-  // the same operations in the same order as one column at a time.
-#pragma unroll
-  for (int v = 0; v < kTailRank; ++v)
-#pragma unroll
-    for (int e = 0; e < kV; ++e) back[e] = fmaf(tail[v], su[v * D + d0 + e], back[e]);
-  float xs[kV];
-#pragma unroll
-  for (int e = 0; e < kV; ++e) xs[e] = p.scale * (x.dq[e] - c * (acc[e] + back[e]));
-  if (valid) store_bf16_vec<kV>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d0, xs);
-  if (valid && sub == 0) {
-    p.rest[row] = rest;
-    p.psum[row] = s;  // for the audit's diagnostics (host_dispatch.cc reads r_i and s_i there)
-    p.rowsum[row] = rsum;
-  }
-  float qf[kV];  // Q_i's columns (exact)
-#pragma unroll
-  for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(x.q2[x2]), qf[2 * x2 + 1] = bf16_hi(x.q2[x2]);
-#pragma unroll
-  for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
-  thresh_entries_dk<D, kLanes>(p, tab, static_cast<int64_t>(b) * p.H + h, jt, pt, cnt, cnt_all, c, rest, qf, lane);
-}
-
 // v1.35: a warp's rows at D / 32 columns per lane (kLanes = 32) in two phases. Before, every row ran the same
 // scalar work in all 32 lanes (the record's shuffles, c_i's and rest_i's IEEE divisions, n_vis, 64-bit addresses
 // of six arrays, the audit's three stores): 323 warp instructions per row on Gaussian inputs, of which a plain
@@ -575,8 +472,9 @@ __device__ __forceinline__ void thresh_dq_row(const KernelParams& p, const float
 // 14). Now lane t first takes row t's scalars for the warp's <= 8 rows at once: its record, list count, c_i and,
 // for a row that lists nothing, rest_i and s_i, into the warp's [8][12] floats of shared memory. The rows are then
 // walked in order as before, each reading its scalars with three broadcast loads; a row with entries recomputes
-// its tail, mass, s_i, c_i and rest_i from its list exactly as thresh_dq_row does (the same operations in the
-// same order, so the same bits). rest_i, s_i and r_i go out from the table at the end, one row per lane.
+// its tail, mass, s_i, c_i and rest_i from its list exactly as the one-row path before v1.35 did (the same
+// operations in the same order, so the same bits). rest_i, s_i and r_i go out from the table at the end, one row
+// per lane.
 // Each row's dQacc and Q columns (and list slots, when its count says it has entries) are loaded a row ahead.
 template <int D, int kLanes = 32>
 struct ThreshColLoads {
@@ -668,7 +566,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
     const int jt = cur.jt;
     const float pt = cur.pt;
-    if (cnt_all > 0) {  // (warp-uniform) thresh_dq_row's list arithmetic for this step's rows
+    if (cnt_all > 0) {  // (warp-uniform) the list arithmetic of this step's rows
       float s = v1.z;  // s_rec
       uint4 ku = make_uint4(0, 0, 0, 0);  // this lane's entry's bf16(K U)
       if (sub < cnt) ku = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);

@@ -20,6 +20,16 @@ t0=$SECONDS
 cmake -S . -B build/prebuilt -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPROJ_NATIVE=OFF -DGPROJ_BUILD_BENCH=ON \
   -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >build/prebuilt.configure.log 2>&1 ||
   { tail -20 build/prebuilt.configure.log; exit 1; }
+# An object whose header dependencies ninja did not record ("#deps 0": its depfile was lost, e.g. by two builds at
+# once in this directory) is never rebuilt when only a header changes. The kernels are all in headers that
+# launch.cu includes, so such an object packs old kernels under the new commit (session 15: two A/B runs compared a
+# build with itself). Remove it so that it is compiled again.
+if [ -f build/prebuilt/.ninja_deps ]; then
+  (cd build/prebuilt && ninja -t deps | sed -n 's/^\([^ ].*\.o\): #deps 0,.*/\1/p') | while read -r o; do
+    echo "device_prebuild: no header dependencies recorded for $o; rebuilding it"
+    rm -f "build/prebuilt/$o"
+  done
+fi
 cmake --build build/prebuilt -j "$(nproc)" --target cuda_tests gproj cuda_attention_bench wgmma_probe >build/prebuilt.build.log 2>&1 ||
   { tail -30 build/prebuilt.build.log; exit 1; }
 

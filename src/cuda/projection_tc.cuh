@@ -370,20 +370,23 @@ struct WarpDkTable {
 // jt, pt: this lane's entry (key 0, p = 0 past the row's count cnt); the entry loops run to cnt_all (the larger
 // count of the warp's two rows with kLanes = 16, else cnt) with the lanes of a shorter row idle.
 
-// acc += sum over the row's entries, in list order, of p_j K_j (this lane's kV columns, from k_head): four entries'
-// K rows in flight at a time (packed BF16 pairs until used).
+// acc += sum over the row's entries, in list order, of p_j K_j (this lane's kV columns d0 ..): four entries' K rows
+// in flight at a time (packed BF16 pairs until used). k_row: this lane's entry's row of K (column 0), which the
+// entry's lane forms once and the others take by shuffle (v1.38: formed per entry in every lane, the 64-bit
+// address arithmetic was ~17 instructions per entry after ptxas rematerialised the head's base).
 template <int kV, int kLanes>
-__device__ __forceinline__ void thresh_entries_k(const __nv_bfloat16* k_head, int64_t k_s1, int jt, float pt, int cnt,
-                                                 int cnt_all, float (&acc)[kV]) {
+__device__ __forceinline__ void thresh_entries_k(const __nv_bfloat16* k_row, int d0, float pt, int cnt, int cnt_all,
+                                                 float (&acc)[kV]) {
   constexpr int kCap = kLanes;
+  const auto row_bits = reinterpret_cast<unsigned long long>(k_row);
   for (int t0 = 0; t0 < cnt_all; t0 += 4) {
     uint32_t kw[4][kV / 2];
     float pj[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int j = __shfl_sync(0xffffffffu, jt, (t0 + u) & (kCap - 1), kLanes);
+      const auto row = __shfl_sync(0xffffffffu, row_bits, (t0 + u) & (kCap - 1), kLanes);
       pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1), kLanes);
-      if (t0 + u < cnt) load_bf16_packed<kV>(k_head + j * k_s1, kw[u]);
+      if (t0 + u < cnt) load_bf16_packed<kV>(reinterpret_cast<const __nv_bfloat16*>(row) + d0, kw[u]);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u)
@@ -397,11 +400,12 @@ __device__ __forceinline__ void thresh_entries_k(const __nv_bfloat16* k_head, in
   }
 }
 
-// The listed entries' own share of P (K U) off the tail, and their P mass: ku = this lane's entry's bf16(K U) row
-// (16 bytes, zeros past the count), summed over the row's lanes (group_sum8). The whole warp calls it.
+// The listed entries' own share of P (K U) off the tail, and their P mass: w = this lane's entry's bf16(K U)
+// columns 0 .. kTailRank - 1 (zeros past the count), summed over the row's lanes (group_sum8). The whole warp calls
+// it.
 template <int kLanes>
-__device__ __forceinline__ float thresh_listed_share(uint4 ku, float pt, int lane, float (&tail)[kTailRank]) {
-  const uint32_t w[4] = {ku.x, ku.y, ku.z, ku.w};
+__device__ __forceinline__ float thresh_listed_share(const uint32_t (&w)[kTailRank / 2], float pt, int lane,
+                                                     float (&tail)[kTailRank]) {
   float y[kLowRank];
 #pragma unroll
   for (int v = 0; v < kTailRank; ++v) y[v] = pt * (v % 2 == 0 ? bf16_lo(w[v / 2]) : bf16_hi(w[v / 2]));
@@ -546,10 +550,12 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     cur.pt = 0.0f;
   }
   __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first + half) * p.H + h) * D + d0;
-  for (int t = half; t - half < nr; t += kR, dqo += static_cast<int64_t>(kR) * p.H * D) {
+  // One step: this half's row t from `cur`, the next step's loads into `next`. The walk calls it with two sets of
+  // registers in turn (v1.38): with `cur = next` at the end of each step, the copy waited for the next row's loads
+  // at the top of the following step instead of where they are used (6% of the stall samples, q4 rows).
+  const auto step = [&](int t, const ThreshColLoads<D, kLanes>& cur, ThreshColLoads<D, kLanes>& next) {
     const bool valid = kR == 1 || t < nr;
-    ThreshColLoads<D, kLanes> next = {};  // (zeros after the last step: never read)
-    if (t - half + kR < nr) {
+    if (t - half + kR < nr) {  // (else `next` keeps stale values: never read)
       dqa += kR * D;
       qr += kR * p.q.s1;
       next = col_loads(t + kR, t + kR < nr ? __float_as_int(sc[3 * (t + kR) + 2].w) : 0);
@@ -568,10 +574,18 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     const float pt = cur.pt;
     if (cnt_all > 0) {  // (warp-uniform) the list arithmetic of this step's rows
       float s = v1.z;  // s_rec
-      uint4 ku = make_uint4(0, 0, 0, 0);  // this lane's entry's bf16(K U)
-      if (sub < cnt) ku = *reinterpret_cast<const uint4*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
-      const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + d0;
-      thresh_entries_k<kV, kLanes>(k_head, p.k.s1, jt, pt, cnt, cnt_all, acc);
+      // This lane's entry's bf16(K U), the tail's 6 columns only: one 8- and one 4-byte load. A 16-byte load
+      // whose last word is never used made ptxas reuse that word's register at once, so the warp waited for the
+      // load there, before the K rows' loads were issued (v1.38: 9% of the stall samples on q4 rows).
+      static_assert(kTailRank == 6, "the tail's columns are loaded as 8 + 4 bytes");
+      uint32_t ku[kTailRank / 2] = {0, 0, 0};
+      if (sub < cnt) {
+        const auto* kp = reinterpret_cast<const uint32_t*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
+        const uint2 a = *reinterpret_cast<const uint2*>(kp);
+        ku[0] = a.x, ku[1] = a.y, ku[2] = kp[2];
+      }
+      const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
+      thresh_entries_k<kV, kLanes>(k_row, d0, pt, cnt, cnt_all, acc);
       const float mass = thresh_listed_share<kLanes>(ku, pt, lane, tail);
       if (cnt > 0) rest = thresh_row_rest(p, i_first + t, cnt, mass, v1.w, true, s, c);
       __syncwarp();  // every lane has read its row's scalars (racecheck: the shuffles above order no memory)
@@ -591,7 +605,20 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
 #pragma unroll
     for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
     thresh_entries_dk<D, kLanes>(p, tab, bh, jt, pt, cnt, cnt_all, c, rest, qf, lane);
-    cur = next;
+    dqo += static_cast<int64_t>(kR) * p.H * D;
+  };
+  ThreshColLoads<D, kLanes> alt;
+  if constexpr (kLanes == 32) {
+    for (int t = 0; t < nr; t += 2) {
+      step(t, cur, alt);
+      if (t + 1 >= nr) break;
+      step(t + 1, alt, cur);
+    }
+  } else {  // two sets of registers spilled 46 words at <64, 16> (80 registers): the copy, as before v1.38
+    for (int t = half; t - half < nr; t += kR) {
+      step(t, cur, alt);
+      cur = alt;
+    }
   }
   __syncwarp();
   if (lane < nr) {  // rest_i for the uniform part, s_i and r_i for the audit's diagnostics (host_dispatch.cc)

@@ -1,7 +1,8 @@
-# The kernel-reading tools: bench/ncu_stall_top.py, bench/ncu_times.py and bench/ncu_limits.py, the readers of the
-# GPU machine's ncu output (the stall summary of a source-page CSV, the per-kernel times and the baseline/gproj
-# table of a times CSV, the limits table of raw-page reports), and bench/sass_count.py (static opcode counts of a cuobjdump listing), on small files whose answers are
-# known, and their refusals. Part of scripts/python_test.sh.
+# The kernel-reading tools: bench/ncu_stall_top.py, bench/ncu_times.py, bench/ncu_limits.py and
+# bench/ncu_opcode_mix.py, the readers of the GPU machine's ncu output (the stall summary of a source-page CSV, the
+# per-kernel times and the baseline/gproj table of a times CSV, the limits table of raw-page reports, executed
+# instructions by opcode side by side), and bench/sass_count.py (static opcode counts of a cuobjdump listing), on
+# small files whose answers are known, and their refusals. Part of scripts/python_test.sh.
 import importlib.util
 from pathlib import Path
 
@@ -189,3 +190,40 @@ def test_ncu_limits_names_a_report_without_a_kernel_row(tmp_path, capsys):
     assert captured.out.splitlines()[0].split() == ["ok"]
     assert nl.main([str(tmp_path / "failed.csv"), str(tmp_path / "missing.csv")]) == 1
 
+
+
+def write_exec_csv(path, rows):
+    """rows: [(source, executed)] as ncu's source page lists them (executed counts may carry thousands commas)."""
+    lines = ['"Kernel Name","void k(Params)",', '"Address","Source","Warp Stall Sampling (All Samples)",'
+             '"Instructions Executed"']
+    lines += [f'"0x{16 * k:x}","{src}","0","{n}"' for k, (src, n) in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_opcode_mix_adds_by_mnemonic_and_compares(tmp_path, capsys):
+    mix = load("ncu_opcode_mix")
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_exec_csv(a, [("IMAD R1, R2, R3, RZ", "100"), ("HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8]", "50")])
+    # a predicated instruction counts under its mnemonic; variants after the first '.' are one opcode
+    write_exec_csv(b, [("IMAD R1, R2, R3, RZ", "100"), ("@!P0 IMAD.MOV.U32 R4, RZ, RZ, RZ", "1,000"),
+                       ("HGMMA.64x16x16.F32.BF16 R24, gdesc[UR8]", "50"), ("FMNMX R1, R2, R3, !PT", "200")])
+    assert mix.opcode_counts(b) == {"IMAD": 1100, "HGMMA": 50, "FMNMX": 200}
+    assert mix.main([f"base={a}", f"new={b}", "--per", "50"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["opcode", "base", "new", "new-base"]
+    # sorted by the difference: IMAD (+20 per 50), FMNMX (+4), HGMMA (0)
+    assert [line.split()[0] for line in out[1:4]] == ["IMAD", "FMNMX", "HGMMA"]
+    assert out[1].split()[1:] == ["2.0", "22.0", "20.0"]
+    assert out[-1].split() == ["total", "3.0", "27.0", "24.0"]
+
+
+def test_opcode_mix_refuses_other_files_and_arguments(tmp_path):
+    mix = load("ncu_opcode_mix")
+    f = tmp_path / "other.csv"
+    f.write_text('"a","b"\n"1","2"\n')
+    with pytest.raises(ValueError, match="not an ncu source-page CSV"):
+        mix.opcode_counts(f)
+    with pytest.raises(SystemExit):
+        mix.main(["no-label-here"])
+    with pytest.raises(SystemExit):
+        mix.main([f"x={f}", "--per", "0"])

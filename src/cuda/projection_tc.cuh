@@ -530,7 +530,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   // The first step's columns and all its list slots in flight during the scalar phase (the counts are not known
   // yet: the slots past them, never written, are zeroed below; without this, a row with entries waited for its
   // list after the scalar phase, and trained-like rows, ~3 entries each, got 2% slower: session 14, run 2).
-  ThreshColLoads<D, kLanes> cur = col_loads(half, p.list_cap);
+  ThreshColLoads<D, kLanes> set_a = col_loads(half, p.list_cap);
   // Scalar phase: lane t < nr, row i_first + t.
   if (lane < nr) {
     const int64_t row = row0 + lane;
@@ -546,19 +546,20 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   }
   __syncwarp();
   if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
-    cur.jt = 0;
-    cur.pt = 0.0f;
+    set_a.jt = 0;
+    set_a.pt = 0.0f;
   }
   __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first + half) * p.H + h) * D + d0;
-  // One step: this half's row t from `cur`, the next step's loads into `next`. The walk calls it with two sets of
-  // registers in turn (v1.38): with `cur = next` at the end of each step, the copy waited for the next row's loads
-  // at the top of the following step instead of where they are used (6% of the stall samples, q4 rows).
-  const auto step = [&](int t, const ThreshColLoads<D, kLanes>& cur, ThreshColLoads<D, kLanes>& next) {
+  // One step: this half's row t from `x`, the next step's loads into `x_next`. The walk calls it with two sets of
+  // registers in turn (v1.38): with one set copied from the other at the end of each step, the copy waited for the
+  // next row's loads at the top of the following step instead of where they are used (6% of the stall samples, q4
+  // rows).
+  const auto step = [&](int t, const ThreshColLoads<D, kLanes>& x, ThreshColLoads<D, kLanes>& x_next) {
     const bool valid = kR == 1 || t < nr;
-    if (t - half + kR < nr) {  // (else `next` keeps stale values: never read)
+    if (t - half + kR < nr) {  // (else `x_next` keeps stale values: never read)
       dqa += kR * D;
       qr += kR * p.q.s1;
-      next = col_loads(t + kR, t + kR < nr ? __float_as_int(sc[3 * (t + kR) + 2].w) : 0);
+      x_next = col_loads(t + kR, t + kR < nr ? __float_as_int(sc[3 * (t + kR) + 2].w) : 0);
     }
     float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0, v2 = v0;  // a half past the last row: zeros
     if (valid) v0 = sc[3 * t], v1 = sc[3 * t + 1], v2 = sc[3 * t + 2];
@@ -570,8 +571,8 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     float acc[kV], back[kV];
 #pragma unroll
     for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
-    const int jt = cur.jt;
-    const float pt = cur.pt;
+    const int jt = x.jt;
+    const float pt = x.pt;
     if (cnt_all > 0) {  // (warp-uniform) the list arithmetic of this step's rows
       float s = v1.z;  // s_rec
       // This lane's entry's bf16(K U), the tail's 6 columns only: one 8- and one 4-byte load. A 16-byte load
@@ -597,27 +598,27 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
       for (int e = 0; e < kV; ++e) back[e] = fmaf(tail[v], su[v * D + d0 + e], back[e]);
     float xs[kV];
 #pragma unroll
-    for (int e = 0; e < kV; ++e) xs[e] = p.scale * (cur.dq[e] - c * (acc[e] + back[e]));
+    for (int e = 0; e < kV; ++e) xs[e] = p.scale * (x.dq[e] - c * (acc[e] + back[e]));
     if (valid) store_bf16_vec<kV>(dqo, xs);
     float qf[kV];  // Q_i's columns (exact)
 #pragma unroll
-    for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(cur.q2[x2]), qf[2 * x2 + 1] = bf16_hi(cur.q2[x2]);
+    for (int x2 = 0; x2 < kV / 2; ++x2) qf[2 * x2] = bf16_lo(x.q2[x2]), qf[2 * x2 + 1] = bf16_hi(x.q2[x2]);
 #pragma unroll
     for (int e = 0; e < kV; ++e) part[e] = fmaf(rest, qf[e], part[e]);
     thresh_entries_dk<D, kLanes>(p, tab, bh, jt, pt, cnt, cnt_all, c, rest, qf, lane);
     dqo += static_cast<int64_t>(kR) * p.H * D;
   };
-  ThreshColLoads<D, kLanes> alt;
+  ThreshColLoads<D, kLanes> set_b;
   if constexpr (kLanes == 32) {
     for (int t = 0; t < nr; t += 2) {
-      step(t, cur, alt);
+      step(t, set_a, set_b);
       if (t + 1 >= nr) break;
-      step(t + 1, alt, cur);
+      step(t + 1, set_b, set_a);
     }
   } else {  // two sets of registers spilled 46 words at <64, 16> (80 registers): the copy, as before v1.38
     for (int t = half; t - half < nr; t += kR) {
-      step(t, cur, alt);
-      cur = alt;
+      step(t, set_a, set_b);
+      set_a = set_b;
     }
   }
   __syncwarp();

@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
           };
           const float f = median_ms(fwd, reps), b = median_ms(bwd, reps);
           const double flops = 4.0 * B * H * N * N * D / (causal ? 2 : 1);
-          std::printf("%-10s %5lld %4lld %6s %9.2f %9.2f %9.1f %9.1f\n", cfg.label, static_cast<long long>(N),
+          std::printf("%-10s %5lld %4lld %6s %9.3f %9.3f %9.1f %9.1f\n", cfg.label, static_cast<long long>(N),
                       static_cast<long long>(D), causal ? "yes" : "no", f, b, flops / f / 1e9, 2.5 * flops / b / 1e9);
           CHECK(cudaFree(ws));
           if (stats != nullptr) CHECK(cudaFree(stats));

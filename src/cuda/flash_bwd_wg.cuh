@@ -23,9 +23,17 @@ namespace gproj::cuda::detail {
 
 constexpr int kWgBwdKeys = 128, kWgBwdRows = 64;
 
-// Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead).
-template <bool kTma>
-constexpr int kBwdWgStages = kTma ? 3 : 2;
+// v3.14 (v3.2, D = 128): dQ's partial sums leave through shared memory, each warp's 16 rows x 64 columns as 16
+// bulk reduce-adds of one row (256 bytes) instead of 16 8-byte atomics per thread. Rows padded to 72 floats: the
+// accumulator layout's float2 stores then take two wavefronts per warp instruction, the least for 256 bytes.
+template <int D, bool kSplitDq>
+constexpr bool kBwdWgBulkDq = kSplitDq && D == 128;
+constexpr int kBulkDqStride = 72, kBulkDqFloats = 8 * 16 * kBulkDqStride;  // 8 warps x 16 rows
+
+// Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead); v3.14 two
+// (still loaded two blocks ahead, each once its block's dK, dV products have read it), for the dQ rows' room.
+template <bool kTma, bool kBulk = false>
+constexpr int kBwdWgStages = kTma ? (kBulk ? 2 : 3) : 2;
 
 // thresh-lowrank's extra tiles (kThresh): bf16(P) like bf16(dS), and the B operands of the 64 x 16 product that
 // gives the row's statistics record in its first 8 columns: P (K U) (columns 0 to kTailRank - 1), s_i (kStatS)
@@ -47,13 +55,14 @@ template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false,
 constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
   // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | [bf16(U)^T, D / 64 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
-  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma> * kWgBwdRows * D +
+  constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq>;
+  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma, kBulk> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
                            (kThresh ? kWgBwdRows * kWgBwdKeys : 0) +
                            (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
                            (kFwdStats ? kWgOnesElems : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
-         sizeof(float) * 4 * kWgBwdRows + 8 * 8 + 1024;
+         sizeof(float) * (4 * kWgBwdRows + (kBulk ? kBulkDqFloats : 0)) + 8 * 8 + 1024;
 }
 
 // dK compensation (kDkComp): dK_acc[key] += E[key] U_q^T for this thread's keys (rows g, g + 8 of its warp's 16),
@@ -188,7 +197,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kVecDq || (kSplitDq && D == 128), "v3.3 is a form of v3.2 at D = 128");
   static_assert(!kFwdStats || (kThresh && !kDkComp && !kVecDq), "v3.9 is a form of thresh-lowrank's v3.1 / v3.2");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
-  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma>;
+  constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq>;
+  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma, kBulk>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   // Tiles [D/64][rows][64], 128B-swizzled (wgmma.cuh): one layout serves as K-major and as MN-major operand.
@@ -203,7 +213,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sQU = sUp + (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
   bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
   bf16_t* sOnes = sUT + (kThresh && !kFwdStats ? D * kWgStatCols : 0);  // kFwdStats: [kWgOnesElems] ones
-  float* sL = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // [2][BQ] LSE: v3.0 per
+  float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.14: [8 warps][16][72]
+  float* sL = sDq + (kBulk ? kBulkDqFloats : 0);  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
   uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
@@ -360,10 +371,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
 
   // v3.1, thread 0: block it + 2 into the stage of block it - 1 once all eight warps have released it (they have,
-  // unless the other warpgroup trails by a whole block).
+  // unless the other warpgroup trails by a whole block). v3.14 (two stages): into block it's own stage, which
+  // every warp released before its dQ product of block it.
   const auto produce = [&](int it) {
     if (threadIdx.x == 0 && it + 2 < count) {
-      if (it >= 1) mbar_wait(&empty[(it + 2) % kStages], ((it - 1) / kStages) & 1);
+      if (it >= kStages - 2) mbar_wait(&empty[(it + 2) % kStages], ((it + 2 - kStages) / kStages) & 1);
       tma_q(it + 2);
     }
   };
@@ -678,9 +690,28 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             const float v[4] = {s0, s1, dqa[4 * n + 2], dqa[4 * n + 3]};
             atomic_add_vec<4>(p.dq_acc + (bh * p.Nq + row_b) * D + col - 2, v);
           }
+        } else if constexpr (kBulk) {
+          if (n == 0) {  // the lanes that sent the previous block's rows wait until those are read
+            if (lane < 16) bulk_wait_read0();
+            __syncwarp();
+          }
+          float* srow = sDq + warp * 16 * kBulkDqStride + g * kBulkDqStride + n * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(srow) = make_float2(dqa[4 * n], dqa[4 * n + 1]);
+          *reinterpret_cast<float2*>(srow + 8 * kBulkDqStride) = make_float2(dqa[4 * n + 2], dqa[4 * n + 3]);
         } else {
           if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
           if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
+        }
+      }
+      if constexpr (kBulk && !kVecDq) {  // lane r < 16 sends the warp's row r: 64 columns from nb * 64
+        fence_async_smem();
+        __syncwarp();
+        if (lane < 16) {
+          const int row = i0 + w4 * 16 + lane;
+          if (row < p.Nq)
+            bulk_reduce_add_f32(p.dq_acc + (bh * p.Nq + row) * D + nb * 64, sDq + (warp * 16 + lane) * kBulkDqStride,
+                                64 * sizeof(float));
+          bulk_commit();
         }
       }
     }
@@ -691,6 +722,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   }
   if constexpr (!kTma) cp_async_wait<0>();
+  if constexpr (kBulk && !kVecDq) {
+    if (lane < 16) bulk_wait0();  // the dQ rows' reduce-adds are done before the CTA's shared memory goes
+  }
   if constexpr (kDkComp) dk_compensate<D>(p.u_q + bh * D * kLowRank, ecomp, dk, lane);
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).
   store_dk_dv<D>(p, bh, key_a - g, g, tq, reinterpret_cast<const float(&)[D / 8][4]>(dk),

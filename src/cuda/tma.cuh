@@ -77,6 +77,20 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       : "memory");
 }
 
+// A bulk reduce-add of `bytes` (a multiple of 16) FP32 words from shared memory into global memory (both 16-byte
+// aligned), performed by the memory system (L2) like an atomic add of each word, in the thread's bulk group.
+// Shared memory written by the generic proxy must be fenced (fence_async_smem) before it.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until this thread's bulk groups have read their shared memory (the source may then be rewritten).
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Until this thread's bulk groups are complete.
+__device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // Barrier of the 128 threads of one warpgroup (ids 1.. ; 0 is __syncthreads).
 __device__ __forceinline__ void wg_bar_sync(int id) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");

@@ -336,7 +336,7 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
   if (idx >= static_cast<uint32_t>(p.B) * p.Nq * p.H * p.D) return;
   const auto [b, i, h, d] = decode_bnhd(idx, p.Nq, p.H, p.D);
   const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.Nq + i;
-  float4 x = *reinterpret_cast<const float4*>(p.dq_acc + row * p.D + d);
+  float4 x = *reinterpret_cast<const float4*>(p.dq_acc + dq_acc_index(p, static_cast<int64_t>(b) * p.H + h, i, d));
   if (kPWeighted) {
     const float s = p.psum[row];
     if (s > 0.0f) {

@@ -23,12 +23,13 @@ namespace gproj::cuda::detail {
 
 constexpr int kWgBwdKeys = 128, kWgBwdRows = 64;
 
-// v3.14 (v3.2, D = 128): dQ's partial sums leave through shared memory, each warp's 16 rows x 64 columns as 16
-// bulk reduce-adds of one row (256 bytes) instead of 16 8-byte atomics per thread. Rows padded to 72 floats: the
+// v3.14 (v3.2, D = 128): dQ's partial sums leave through shared memory, each warp's 16 rows x 64 columns as one
+// bulk reduce-add of 4 KB into dQacc's tile of those rows and columns (kernel_common.cuh, dq_acc_index) instead of
+// 16 8-byte atomics per thread. The shared-memory rows are the tile's image, 16-byte chunks XOR the row: the
 // accumulator layout's float2 stores then take two wavefronts per warp instruction, the least for 256 bytes.
 template <int D, bool kSplitDq>
 constexpr bool kBwdWgBulkDq = kSplitDq && D == 128;
-constexpr int kBulkDqStride = 72, kBulkDqFloats = 8 * 16 * kBulkDqStride;  // 8 warps x 16 rows
+constexpr int kBulkDqFloats = 8 * 16 * 64;  // 8 warps x 16 rows x 64 columns
 
 // Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead); v3.14 two
 // (still loaded two blocks ahead, each once its block's dK, dV products have read it), for the dQ rows' room.
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sQU = sUp + (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
   bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
   bf16_t* sOnes = sUT + (kThresh && !kFwdStats ? D * kWgStatCols : 0);  // kFwdStats: [kWgOnesElems] ones
-  float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.14: [8 warps][16][72]
+  float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.14: [8 warps][16][64]
   float* sL = sDq + (kBulk ? kBulkDqFloats : 0);  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
@@ -691,26 +692,26 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             atomic_add_vec<4>(p.dq_acc + (bh * p.Nq + row_b) * D + col - 2, v);
           }
         } else if constexpr (kBulk) {
-          if (n == 0) {  // the lanes that sent the previous block's rows wait until those are read
-            if (lane < 16) bulk_wait_read0();
+          if (n == 0) {  // lane 0 sent the previous block's tile: it waits until that has been read
+            if (lane == 0) bulk_wait_read0();
             __syncwarp();
           }
-          float* srow = sDq + warp * 16 * kBulkDqStride + g * kBulkDqStride + n * 8 + 2 * tq;
+          // rows g and g + 8 of the warp's tile (both have row & 7 = g), columns 8 n + 2 tq, + 1
+          float* srow = sDq + warp * 1024 + g * 64 + (((2 * n + (tq >> 1)) ^ g) << 2) + 2 * (tq & 1);
           *reinterpret_cast<float2*>(srow) = make_float2(dqa[4 * n], dqa[4 * n + 1]);
-          *reinterpret_cast<float2*>(srow + 8 * kBulkDqStride) = make_float2(dqa[4 * n + 2], dqa[4 * n + 3]);
+          *reinterpret_cast<float2*>(srow + 8 * 64) = make_float2(dqa[4 * n + 2], dqa[4 * n + 3]);
         } else {
           if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
           if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
         }
       }
-      if constexpr (kBulk && !kVecDq) {  // lane r < 16 sends the warp's row r: 64 columns from nb * 64
+      if constexpr (kBulk && !kVecDq) {  // lane 0 sends the warp's tile (rows from i0 + 16 w4, columns nb * 64 ..)
         fence_async_smem();
         __syncwarp();
-        if (lane < 16) {
-          const int row = i0 + w4 * 16 + lane;
-          if (row < p.Nq)
-            bulk_reduce_add_f32(p.dq_acc + (bh * p.Nq + row) * D + nb * 64, sDq + (warp * 16 + lane) * kBulkDqStride,
-                                64 * sizeof(float));
+        if (lane == 0) {
+          if (i0 + w4 * 16 < p.Nq)  // (rows of the tile past Nq add zeros into dQacc's padding rows)
+            bulk_reduce_add_f32(p.dq_acc + dq_acc_tiled_index(p, bh, i0 + w4 * 16, nb * 64), sDq + warp * 1024,
+                                1024 * sizeof(float));
           bulk_commit();
         }
       }
@@ -723,7 +724,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   if constexpr (!kTma) cp_async_wait<0>();
   if constexpr (kBulk && !kVecDq) {
-    if (lane < 16) bulk_wait0();  // the dQ rows' reduce-adds are done before the CTA's shared memory goes
+    if (lane == 0) bulk_wait0();  // the dQ tiles' reduce-adds are done before the CTA's shared memory goes
   }
   if constexpr (kDkComp) dk_compensate<D>(p.u_q + bh * D * kLowRank, ecomp, dk, lane);
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).

@@ -23,15 +23,17 @@ namespace gproj::cuda::detail {
 
 constexpr int kWgBwdKeys = 128, kWgBwdRows = 64;
 
-// v3.14 (v3.2, D = 128): dQ's partial sums leave through shared memory, each warp's 16 rows x 64 columns as one
+// v3.15 (v3.2, D = 128): dQ's partial sums leave through shared memory, each warp's 16 rows x 64 columns as one
 // bulk reduce-add of 4 KB into dQacc's tile of those rows and columns (kernel_common.cuh, dq_acc_index) instead of
 // 16 8-byte atomics per thread. The shared-memory rows are the tile's image, 16-byte chunks XOR the row: the
 // accumulator layout's float2 stores then take two wavefronts per warp instruction, the least for 256 bytes.
+// (v3.3, kVecDq, experimental, keeps its 16-byte atomics into the row-major dQacc on v3.15's two stages; the
+// tile room goes unused there.)
 template <int D, bool kSplitDq>
 constexpr bool kBwdWgBulkDq = kSplitDq && D == 128;
 constexpr int kBulkDqFloats = 8 * 16 * 64;  // 8 warps x 16 rows x 64 columns
 
-// Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead); v3.14 two
+// Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead); v3.15 two
 // (still loaded two blocks ahead, each once its block's dK, dV products have read it), for the dQ rows' room.
 template <bool kTma, bool kBulk = false>
 constexpr int kBwdWgStages = kTma ? (kBulk ? 2 : 3) : 2;
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sQU = sUp + (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
   bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
   bf16_t* sOnes = sUT + (kThresh && !kFwdStats ? D * kWgStatCols : 0);  // kFwdStats: [kWgOnesElems] ones
-  float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.14: [8 warps][16][64]
+  float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.15: [8 warps][16][64]
   float* sL = sDq + (kBulk ? kBulkDqFloats : 0);  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
@@ -372,7 +374,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
 
   // v3.1, thread 0: block it + 2 into the stage of block it - 1 once all eight warps have released it (they have,
-  // unless the other warpgroup trails by a whole block). v3.14 (two stages): into block it's own stage, which
+  // unless the other warpgroup trails by a whole block). v3.15 (two stages): into block it's own stage, which
   // every warp released before its dQ product of block it.
   const auto produce = [&](int it) {
     if (threadIdx.x == 0 && it + 2 < count) {

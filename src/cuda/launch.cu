@@ -394,7 +394,7 @@ int k_gram_chunks(const Problem& p) {
 // atomics on dq_acc and pku need 8 bytes, cp.async of K U 16; an odd B H Nq used to misalign them).
 Workspace layout(const Problem& p) {
   const size_t rows = static_cast<size_t>(p.B * p.H * p.Nq);
-  // dq_acc: rows rounded up to 16 per head, the v3.14 tiles' row groups (dq_acc_index).
+  // dq_acc: rows rounded up to 16 per head, the v3.15 tiles' row groups (dq_acc_index).
   Workspace w{(rows + 3) / 4 * 4, static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16 * 16) * p.D),
               static_cast<size_t>(p.B * p.H * p.Nk * p.D)};
   if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
@@ -805,7 +805,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     }
   }
   *kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
-  kp.dq_tiled = wg_version == 3 && p.D == 128;  // v3.14's dQacc tiles, read back through dq_acc_index
+  kp.dq_tiled = wg_version == 3 && p.D == 128;  // v3.15's dQacc tiles, read back through dq_acc_index
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
       return fail(ErrorCode::kInvalidArgument,

@@ -506,7 +506,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   // (one 64-bit add each per step: per-row index arithmetic was ~45 of the walk's instructions in the first build
   // of this form).
   const float* dqa = p.dq_acc + (row0 + half) * D + d0;
-  // v3.14's tiles (p.dq_tiled): the warp's rows lie in one 16-row group (i_first is a multiple of 8), row t at
+  // v3.15's tiles (p.dq_tiled): the warp's rows lie in one 16-row group (i_first is a multiple of 8), row t at
   // 64 (i_first % 16 + t) in this lane's column half, its chunk XOR the row's low 3 bits (dq_acc_index).
   const float* dq_tile = p.dq_acc + dq_acc_index(p, bh, i_first, d0) - (((d0 % 64) >> 2) ^ (i_first & 7)) * 4;
   const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 +
@@ -652,7 +652,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   constexpr int kRowsPerWarp = kSuffixBlock / kWarps, kRowsAtOnce = 32 / kLanes;
   static_assert(kSuffixBlock % kWarps == 0 && kRowsPerWarp % kRowsAtOnce == 0, "whole rows per warp");
   static_assert(kRowsPerWarp <= 32, "v1.35's scalar phase: one row per lane");
-  static_assert(16 % kRowsPerWarp == 0, "a warp's rows lie in one of v3.14's 16-row groups of dQacc");
+  static_assert(16 % kRowsPerWarp == 0, "a warp's rows lie in one of v3.15's 16-row groups of dQacc");
   __shared__ float su[kLowRank * D];
   __shared__ float sp[kWarps * D];
   __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];

@@ -709,6 +709,12 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   if (lse.data == nullptr || dq.data == nullptr || dk.data == nullptr || dv.data == nullptr || workspace == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "lse, dq, dk, dv and the workspace are required");
   }
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {  // 16-byte loads, cp.async and bulk copies of its regions
+    return fail(ErrorCode::kInvalidArgument, "the workspace must be 16-byte aligned (cudaMalloc's and torch's "
+                                             "allocations are); got an address " +
+                                                 std::to_string(reinterpret_cast<uintptr_t>(workspace) % 16) +
+                                                 " bytes past a 16-byte boundary");
+  }
   const bool fp32 = p.params.variant == Variant::kFp32;
   if (fp32 && o_fp32.data == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");

@@ -436,6 +436,36 @@ TEST(Cuda, OddRowCountKeepsTheWorkspaceAligned) {
   }
 }
 
+// A workspace off a 16-byte boundary is refused before anything runs (v3.15's bulk reduce-adds into dQacc, and the
+// 16-byte loads and cp.async of its other regions, would fault on it).
+TEST(Cuda, MisalignedWorkspaceIsRefused) {
+  GPROJ_REQUIRE_GPU();
+  cuda::Problem p;
+  p.B = 1, p.Nq = p.Nk = 64, p.H = p.Hkv = 1, p.D = 128;
+  p.softmax_scale = 0.125f;
+  p.params = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  const size_t n = 64 * 128;
+  void *x = nullptr, *lse = nullptr, *g = nullptr, *ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&lse, 64 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&g, 3 * n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ws, cuda::backward_workspace_bytes(p) + 16), cudaSuccess);
+  cuda::DeviceTensor t, tl, none, dq, dk, dv;
+  t.data = x;
+  t.stride[0] = t.stride[1] = 128, t.stride[2] = 128, t.stride[3] = 1;
+  tl.data = lse;
+  dq = dk = dv = t;
+  dq.data = g;
+  dk.data = static_cast<char*>(g) + n * 2;
+  dv.data = static_cast<char*>(g) + 2 * n * 2;
+  const cuda::Status st = cuda::backward(p, t, t, t, t, none, tl, t, dq, dk, dv, static_cast<char*>(ws) + 8, nullptr);
+  EXPECT_FALSE(st.ok);
+  EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message.find("16-byte aligned"), std::string::npos) << st.message;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (void* ptr : {x, lse, g, ws}) cudaFree(ptr);
+}
+
 // Auto mode picks the wgmma kernels where they apply and says so (cuda::Status::kernels, in the audit's JSON).
 TEST(Cuda, DefaultsNameTheKernelsThatRan) {
   GPROJ_REQUIRE_GPU();

@@ -436,14 +436,20 @@ TEST(Cuda, OddRowCountKeepsTheWorkspaceAligned) {
   }
 }
 
+// One head of 64 queries and keys, gproj with thresh-lowrank: the launch API's argument checks below.
+static cuda::Problem small_gproj_problem(int D) {
+  cuda::Problem p;
+  p.B = 1, p.Nq = p.Nk = 64, p.H = p.Hkv = 1, p.D = D;
+  p.softmax_scale = 0.125f;
+  p.params = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  return p;
+}
+
 // A workspace off a 16-byte boundary is refused before anything runs (v3.15's bulk reduce-adds into dQacc, and the
 // 16-byte loads and cp.async of its other regions, would fault on it).
 TEST(Cuda, MisalignedWorkspaceIsRefused) {
   GPROJ_REQUIRE_GPU();
-  cuda::Problem p;
-  p.B = 1, p.Nq = p.Nk = 64, p.H = p.Hkv = 1, p.D = 128;
-  p.softmax_scale = 0.125f;
-  p.params = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  const cuda::Problem p = small_gproj_problem(128);
   const size_t n = 64 * 128;
   void *x = nullptr, *lse = nullptr, *g = nullptr, *ws = nullptr;
   ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
@@ -497,10 +503,7 @@ TEST(Cuda, DefaultsNameTheKernelsThatRan) {
 // they do not apply (another variant, a v1 backward, no forward workspace), never ignored.
 TEST(Cuda, ForwardStatisticsAreRefusedWhereTheyDoNotApply) {
   GPROJ_REQUIRE_GPU();
-  cuda::Problem p;
-  p.B = 1, p.Nq = p.Nk = 64, p.H = p.Hkv = 1, p.D = 64;
-  p.softmax_scale = 0.125f;
-  p.params = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  cuda::Problem p = small_gproj_problem(64);
   p.params.forward_stats = true;
   ASSERT_TRUE(cuda::forward_stats_apply(p));
   const size_t n = 64 * 64;

@@ -367,8 +367,9 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
                    : backward_d<D, true, false>(k, deterministic, stream);
 }
 
-// Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc (B H Nq D) | pk (B H Nq D with pweighted;
-// B H D with thresh-lowrank: the uniform dK part's total per head; none otherwise, v1.30) | dk_acc, dv_acc (B H Nk D)
+// Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc (B H Nq' D, Nq' = Nq rounded up to 16 for
+// v3.15's row groups) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
+// head; none otherwise, v1.30) | dk_acc, dv_acc (B H Nk D)
 // and, for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
 // list_count (B H Nq) | pku (B H Nq 8) | head_done (B H, padded to 4 words); then rest (B H Nq) | list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |

@@ -35,8 +35,14 @@ cmake --build build/prebuilt -j "$(nproc)" --target cuda_tests gproj cuda_attent
 
 py=build/venv312/bin/python
 if ! "$py" -c 'import torch, sys; assert torch.__version__.startswith("2.11.0") and sys.version_info[:2] == (3, 12)' 2>/dev/null; then
-  command -v python3.12 >/dev/null || { echo "device_prebuild: python3.12 is needed for the GPU machine's extension" >&2; exit 1; }
-  python3.12 -m venv build/venv312
+  py312=python3.12
+  # A pyenv shim answers `command -v` but fails when 3.12 is installed and not selected: ask pyenv for it then.
+  if ! "$py312" -c '' 2>/dev/null && command -v pyenv >/dev/null; then
+    v=$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12(\.|$)' | tail -1)
+    [ -z "$v" ] || py312="$(pyenv root)/versions/$v/bin/python3.12"
+  fi
+  "$py312" -c '' 2>/dev/null || { echo "device_prebuild: python3.12 is needed for the GPU machine's extension" >&2; exit 1; }
+  "$py312" -m venv build/venv312
   "$py" -m pip install -q --disable-pip-version-check torch==2.11.0 numpy setuptools
 fi
 # In place: the 3.12 module (_C.cpython-312-...so) and its build/temp.*-cpython-312 objects sit beside the CI

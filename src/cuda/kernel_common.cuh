@@ -82,10 +82,12 @@ struct KernelParams {
 // groups per head, column halves inner), each the image of one warp's shared-memory rows: row r of the tile at
 // 64 r, its 16-byte chunk c at chunk c ^ (r & 7), so that the warp's stores of its accumulator rows there hit
 // every bank equally. A row's 512 bytes are then two whole 256-byte pieces.
+// The word of (row r, column c) inside one tile (r < 16, c < 64): the one place the chunk swizzle is written; the
+// main kernel's shared-memory rows (flash_bwd_wg.cuh) and thresh_dq (projection_tc.cuh) address through it too.
+__device__ __forceinline__ int dq_tile_word(int r, int c) { return r * 64 + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3); }
 __device__ __forceinline__ int64_t dq_acc_tiled_index(const KernelParams& p, int64_t bh, int i, int d) {
   const int64_t groups = (p.Nq + 15) / 16;
-  return ((bh * groups + i / 16) * (p.D / 64) + d / 64) * 1024 + (i % 16) * 64 + ((((d % 64) >> 2) ^ (i & 7)) << 2) +
-         (d & 3);
+  return ((bh * groups + i / 16) * (p.D / 64) + d / 64) * 1024 + dq_tile_word(i % 16, d % 64);
 }
 __device__ __forceinline__ int64_t dq_acc_index(const KernelParams& p, int64_t bh, int i, int d) {
   return p.dq_tiled ? dq_acc_tiled_index(p, bh, i, d) : (bh * p.Nq + i) * p.D + d;

@@ -557,8 +557,10 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
     s = k.list_cap <= 16
             ? launch(detail::thresh_dq_kernel<D, 16>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads)
             : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
-  } else {
-    s = launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
+  } else {  // dQacc in v3.15's tiles (the v3.2 backward) or row-major
+    const char* what = "thresh-lowrank dQ postprocess";
+    s = k.dq_tiled ? launch(detail::thresh_dq_kernel<D, 32, true>, sgrid, 0, stream, k, what, threads)
+                   : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, what, threads);
   }
   if (!s.ok || !k.causal) return s;  // without causal masking the caller's bwd_postprocess_dkv_kernel<true> follows
   // With causal masking the dK/dV postprocess is thresh-lowrank's own: each key block forms its suffix sums.

@@ -493,7 +493,7 @@ struct ThreshColLoads {
 // (rows 2 s and 2 s + 1); a half past the warp's last row loads nothing and writes nothing. The entry loops run
 // to the larger of the two rows' counts; a row without entries keeps its scalar-phase values (its half's p are
 // zero, so the shared sums leave its tail and mass as they were).
-template <int D, int kLanes>
+template <int D, int kLanes, bool kTiled>
 __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const float* su,
                                                     const __nv_bfloat16* ku_head, WarpDkTable<D, kLanes>& tab,
                                                     float4* sc, int b, int h, int hk, int i_first, int nr, int lane,
@@ -506,16 +506,16 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   // (one 64-bit add each per step: per-row index arithmetic was ~45 of the walk's instructions in the first build
   // of this form).
   const float* dqa = p.dq_acc + (row0 + half) * D + d0;
-  // v3.15's tiles (p.dq_tiled): the warp's rows lie in one 16-row group (i_first is a multiple of 8), row t at
-  // 64 (i_first % 16 + t) in this lane's column half, its chunk XOR the row's low 3 bits (dq_acc_index).
-  const float* dq_tile = p.dq_acc + dq_acc_index(p, bh, i_first, d0) - (((d0 % 64) >> 2) ^ (i_first & 7)) * 4;
+  // kTiled (v1.39), v3.15's tiles (p.dq_tiled): the warp's rows lie in one 16-row group (i_first is a multiple of
+  // 8), row t at word dq_tile_word(i_first % 16 + t, d0 % 64) of this lane's column half's tile.
+  const float* dq_tile = p.dq_acc + dq_acc_tiled_index(p, bh, i_first & ~15, d0 & ~63);
   const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 +
                    static_cast<int64_t>(i_first + half) * p.q.s1 + h * p.q.s2 + d0;
   const auto col_loads = [&](int t, int cnt) {  // this half's row t (< nr: else zeros and no loads)
     ThreshColLoads<D, kLanes> x = {};
     if (kR == 1 || t < nr) {
       if constexpr (kV == 4) {
-        const float* src = p.dq_tiled ? dq_tile + t * 64 + ((((d0 % 64) >> 2) ^ ((i_first + t) & 7)) << 2) : dqa;
+        const float* src = kTiled ? dq_tile + dq_tile_word(i_first % 16 + t, d0 % 64) : dqa;
         const float4 a = *reinterpret_cast<const float4*>(src);
         x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
       } else {
@@ -645,9 +645,12 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
 // its rows in order, its halves then added, then the warps in order); without causal masking the last CTA of a
 // head to finish (a counter per head, after a fence) adds the blocks in order and stores the total as the head's
 // row of `suffix`, the only suffix sum read then.
-template <int D, int kLanes = 32>
+// kTiled (v1.39): dQacc in v3.15's tiles (p.dq_tiled, D = 128 only), an instance of its own (reading through a
+// runtime choice of layout took thresh_dq from 109.8 to 112.9 µs at D = 128, N = 4k; session 16).
+template <int D, int kLanes = 32, bool kTiled = false>
 __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const KernelParams p) {
   static_assert(kLanes == 32 || kLanes == 16, "a row per warp or per half-warp");
+  static_assert(!kTiled || (D == 128 && kLanes == 32), "v3.15's tiles: D = 128, four columns per lane");
   constexpr int kWarps = kPostThreads / 32, kV = D / kLanes, kSlots = WarpDkTable<D, kLanes>::kSlots;
   constexpr int kRowsPerWarp = kSuffixBlock / kWarps, kRowsAtOnce = 32 / kLanes;
   static_assert(kSuffixBlock % kWarps == 0 && kRowsPerWarp % kRowsAtOnce == 0, "whole rows per warp");
@@ -676,8 +679,8 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   if (i < i_end)  // v1.35 (kLanes = 32), v1.37 (16)
-    thresh_dq_warp_rows<D, kLanes>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3, b, h, hk, i, i_end - i, lane,
-                                   part);
+    thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3, b, h, hk, i,
+                                           i_end - i, lane, part);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).
   // With two rows per warp a lane wrote D / 16 columns of its half's slots and now reads D / 32 columns of every

@@ -383,6 +383,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   };
 
+  // v3.11b: the loop's wgmma descriptors as bases formed once, advanced by constants (wg_desc_advance) and, for
+  // the stage and the bf16(dS) buffer, by one runtime offset each: each descriptor built from a pointer took ~10
+  // instructions (mask, shift, OR, high word, R2UR), ~120 of gproj's extra per warp and block (session 15).
+  const uint64_t k_kd = wg_desc_kmajor(kw(0)), v_kd = wg_desc_kmajor(vw(0));  // S^T, dP^T's A
+  const uint64_t q_kd = wg_desc_kmajor(sQ), o_kd = wg_desc_kmajor(sdO);       // their B (stage 0)
+  const uint64_t q_mn = wg_desc_mnmajor(sQ, BQ * 128), o_mn = wg_desc_mnmajor(sdO, BQ * 128);  // dK, dV's B
+  const uint64_t ds_kd = wg_desc_kmajor(sdS), k_mn = wg_desc_mnmajor(sK, BK * 128);            // dQ's A, B
+  const uint64_t p_kd = wg_desc_kmajor(sP + wg * BQ * 64), up_kd = wg_desc_kmajor(sUp + wg * kWgStatCols * 64),
+                 ud_kd = wg_desc_kmajor(sUd);  // kThresh: the statistics product's
   for (int it = 0; it < count; ++it) {
     const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % kStages : qb & 1;
     bf16_t* sdS_it = sdS + (kSplit ? (it & 1) * BQ * BK : 0);  // v3.2: this block's bf16(dS) buffer
@@ -424,6 +433,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     const bf16_t* qt = sQ + st * BQ * D;
     const bf16_t* ot = sdO + st * BQ * D;
+    const int st_off = st * BQ * D;  // the stage's offset (elements) from sQ, sdO
+    const int ds_off = kSplit ? (it & 1) * BQ * BK : 0;  // this block's bf16(dS) buffer's from sdS
 
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys x the 64 queries.
     float s[32], dp[32];
@@ -432,14 +443,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
-        const uint64_t q_desc = wg_desc_kmajor(qt + kb * BQ * 64 + kin * 16);
-        const uint64_t o_desc = wg_desc_kmajor(ot + kb * BQ * 64 + kin * 16);
+        const uint64_t q_desc = wg_desc_advance(q_kd, st_off + kb * BQ * 64 + kin * 16);
+        const uint64_t o_desc = wg_desc_advance(o_kd, st_off + kb * BQ * 64 + kin * 16);
         if (kb + kin == 0) {
-          wgmma_ss_n64_first(s, wg_desc_kmajor(kw(0)), q_desc);
-          wgmma_ss_n64_first(dp, wg_desc_kmajor(vw(0)), o_desc);
+          wgmma_ss_n64_first(s, k_kd, q_desc);
+          wgmma_ss_n64_first(dp, v_kd, o_desc);
         } else {
-          wgmma_ss_n64<0>(s, wg_desc_kmajor(kw(kb) + kin * 16), q_desc, 1);
-          wgmma_ss_n64<0>(dp, wg_desc_kmajor(vw(kb) + kin * 16), o_desc, 1);
+          wgmma_ss_n64<0>(s, wg_desc_advance(k_kd, kb * BK * 64 + kin * 16), q_desc, 1);
+          wgmma_ss_n64<0>(dp, wg_desc_advance(v_kd, kb * BK * 64 + kin * 16), o_desc, 1);
         }
       }
     wg_commit();
@@ -549,14 +560,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if constexpr (kNB == 2) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_mnmajor(ot + kk * 16 * 64, BQ * 128), 1);
-        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_mnmajor(qt + kk * 16 * 64, BQ * 128), 1);
+        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_advance(o_mn, st_off + kk * 16 * 64), 1);
+        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_advance(q_mn, st_off + kk * 16 * 64), 1);
       }
     } else {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_rs_n64<1>(dv[0], pf[kk], wg_desc_mnmajor(ot + kk * 16 * 64, BQ * 128), 1);
-        wgmma_rs_n64<1>(dk[0], dsf[kk], wg_desc_mnmajor(qt + kk * 16 * 64, BQ * 128), 1);
+        wgmma_rs_n64<1>(dv[0], pf[kk], wg_desc_advance(o_mn, st_off + kk * 16 * 64), 1);
+        wgmma_rs_n64<1>(dk[0], dsf[kk], wg_desc_advance(q_mn, st_off + kk * 16 * 64), 1);
       }
     }
     if constexpr (kDkComp) {  // E += eps^T (Q U_q): K = queries, B = the warpgroup's (Q U_q)^T tile (K-major)
@@ -614,14 +625,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (kThresh && !kFwdStats && qn == 0 && !(kAblate & 1)) {
 #pragma unroll
         for (int kin = 0; kin < 4; ++kin) {
-          const uint64_t pa = wg_desc_kmajor(sP + wg * BQ * 64 + kin * 16);
-          const uint64_t ub = wg_desc_kmajor(sUp + wg * kWgStatCols * 64 + kin * 16);
+          const uint64_t pa = wg_desc_advance(p_kd, kin * 16), ub = wg_desc_advance(up_kd, kin * 16);
           if (kin == 0) {
             wgmma_ss_n16_first(st16, pa, ub);
           } else {
             wgmma_ss_n16(st16, pa, ub);
           }
-          wgmma_ss_n16(st16, wg_desc_kmajor(sdS_it + wg * BQ * 64 + kin * 16), wg_desc_kmajor(sUd + kin * 16));
+          wgmma_ss_n16(st16, wg_desc_advance(ds_kd, ds_off + wg * BQ * 64 + kin * 16),
+                       wg_desc_advance(ud_kd, kin * 16));
         }
       }
 #pragma unroll
@@ -643,7 +654,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             wgmma_ss_n64<1>(reinterpret_cast<float(&)[32]>(dqa), wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
           }
         } else {
-          wgmma_ss_n64<1>(dqa, wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
+          const int a_off = kSplit ? (kin >> 2) * BQ * 64 + (kin & 3) * 16 : wg * BQ * 64 + kin * 16;
+          const int b_off = kSplit ? nb * BK * 64 + kin * 16 * 64 : nb * BK * 64 + wg * 64 * 64 + kin * 16 * 64;
+          wgmma_ss_n64<1>(dqa, wg_desc_advance(ds_kd, ds_off + a_off), wg_desc_advance(k_mn, b_off), 1);
         }
       }
       wg_commit();

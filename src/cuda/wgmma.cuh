@@ -45,7 +45,9 @@ __device__ inline uint64_t wg_desc_mnmajor(const void* smem, uint32_t n_block_by
 // elems is a multiple of 8. One add instead of a descriptor built from a pointer (address conversion, mask,
 // shift, field bits) for every k-step.
 __device__ __forceinline__ uint64_t wg_desc_advance(uint64_t desc, int elems) {
-  return desc + static_cast<uint64_t>(elems >> 3);
+  // The low word only: the high word (the stride field, swizzle mode) passes through without a 64-bit add's carry.
+  const uint32_t lo = static_cast<uint32_t>(desc) + static_cast<uint32_t>(elems >> 3);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
 __device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

@@ -386,11 +386,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   // v3.11b: the loop's wgmma descriptors as bases formed once, advanced by constants (wg_desc_advance) and, for
   // the stage and the bf16(dS) buffer, by one runtime offset each: each descriptor built from a pointer took ~10
   // instructions (mask, shift, OR, high word, R2UR), ~120 of gproj's extra per warp and block (session 15).
-  const uint64_t k_kd = wg_desc_kmajor(kw(0)), v_kd = wg_desc_kmajor(vw(0));  // S^T, dP^T's A
+  // wg_u: wg as the value of lane 0, which ptxas knows to be warp-uniform, so that the bases and the descriptors
+  // formed from them can live in uniform registers (no R2UR per wgmma).
+  const int wg_u = __shfl_sync(0xffffffffu, wg, 0);
+  const uint64_t k_kd = wg_desc_kmajor(sK + wg_u * 64 * 64), v_kd = wg_desc_kmajor(sV + wg_u * 64 * 64);
   const uint64_t q_kd = wg_desc_kmajor(sQ), o_kd = wg_desc_kmajor(sdO);       // their B (stage 0)
   const uint64_t q_mn = wg_desc_mnmajor(sQ, BQ * 128), o_mn = wg_desc_mnmajor(sdO, BQ * 128);  // dK, dV's B
   const uint64_t ds_kd = wg_desc_kmajor(sdS), k_mn = wg_desc_mnmajor(sK, BK * 128);            // dQ's A, B
-  const uint64_t p_kd = wg_desc_kmajor(sP + wg * BQ * 64), up_kd = wg_desc_kmajor(sUp + wg * kWgStatCols * 64),
+  const uint64_t p_kd = wg_desc_kmajor(sP + wg_u * BQ * 64), up_kd = wg_desc_kmajor(sUp + wg_u * kWgStatCols * 64),
                  ud_kd = wg_desc_kmajor(sUd);  // kThresh: the statistics product's
   for (int it = 0; it < count; ++it) {
     const int qb = qb0 + it, i0 = qb * BQ, st = kTma ? it % kStages : qb & 1;
@@ -631,7 +634,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           } else {
             wgmma_ss_n16(st16, pa, ub);
           }
-          wgmma_ss_n16(st16, wg_desc_advance(ds_kd, ds_off + wg * BQ * 64 + kin * 16),
+          wgmma_ss_n16(st16, wg_desc_advance(ds_kd, ds_off + wg_u * BQ * 64 + kin * 16),
                        wg_desc_advance(ud_kd, kin * 16));
         }
       }
@@ -654,8 +657,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             wgmma_ss_n64<1>(reinterpret_cast<float(&)[32]>(dqa), wg_desc_kmajor(a), wg_desc_mnmajor(bk, BK * 128), 1);
           }
         } else {
-          const int a_off = kSplit ? (kin >> 2) * BQ * 64 + (kin & 3) * 16 : wg * BQ * 64 + kin * 16;
-          const int b_off = kSplit ? nb * BK * 64 + kin * 16 * 64 : nb * BK * 64 + wg * 64 * 64 + kin * 16 * 64;
+          const int a_off = kSplit ? (kin >> 2) * BQ * 64 + (kin & 3) * 16 : wg_u * BQ * 64 + kin * 16;
+          const int b_off = kSplit ? wg_u * BK * 64 + kin * 16 * 64 : nb * BK * 64 + wg_u * 64 * 64 + kin * 16 * 64;
           wgmma_ss_n64<1>(dqa, wg_desc_advance(ds_kd, ds_off + a_off), wg_desc_advance(k_mn, b_off), 1);
         }
       }

@@ -42,7 +42,7 @@ struct KernelParams {
   // backward workspace, all contiguous FP32
   float* delta;                      // (B, H, Nq)
   float* dq_acc;                     // (B, H, Nq, D), or with dq_tiled the v3.15 tiles (dq_acc_index)
-  int dq_tiled;                      // 1: dq_acc in v3.15's tiles (the v3.2 backward at D = 128)
+  int dq_tiled;                      // 1: dq_acc in v3.15's tiles (v3.2 at D = 128, v3.17 at D = 64)
   float* pk;                         // (B, H, Nq, D) sum_j bf16(P_ij) K_j (P-weighted only)
   float* rowsum;                     // (B, H, Nq) r_i (thresh-lowrank: copied from pku by the dQ postprocess)
   float* psum;                       // (B, H, Nq) s_i (likewise)
@@ -78,7 +78,7 @@ struct KernelParams {
 };
 
 // dQacc's word (row i, column d) of head row bh (d a multiple of 4: a 16-byte chunk stays whole). Row-major
-// (B, H, Nq, D), or with p.dq_tiled (v3.15, D = 128) in tiles of 16 rows x 64 columns (4 KB, ceil(Nq / 16) row
+// (B, H, Nq, D), or with p.dq_tiled (v3.15 at D = 128, v3.17 at D = 64) in tiles of 16 rows x 64 columns (4 KB, ceil(Nq / 16) row
 // groups per head, column halves inner), each the image of one warp's shared-memory rows: row r of the tile at
 // 64 r, its 16-byte chunk c at chunk c ^ (r & 7), so that the warp's stores of its accumulator rows there hit
 // every bank equally. A row's 512 bytes are then two whole 256-byte pieces.

@@ -814,7 +814,8 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     }
   }
   *kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
-  kp.dq_tiled = wg_version == 3 && p.D == 128;  // v3.15's dQacc tiles, read back through dq_acc_index
+  // v3.15's dQacc tiles (v3.2 at D = 128; v3.17, v3.1 at D = 64), read back through dq_acc_index
+  kp.dq_tiled = (wg_version == 3 && p.D == 128) || (wg_version >= 2 && p.D == 64);
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
       return fail(ErrorCode::kInvalidArgument,

@@ -518,8 +518,9 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
         const float* src = kTiled ? dq_tile + dq_tile_word(i_first % 16 + t, d0 % 64) : dqa;
         const float4 a = *reinterpret_cast<const float4*>(src);
         x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
-      } else {
-        const float2 a = *reinterpret_cast<const float2*>(dqa);
+      } else {  // (D = 64 one row per warp: v3.17's tiles; dq_tile includes d0 & 3)
+        const float* src = p.dq_tiled ? dq_tile + t * 64 + ((((d0 % 64) >> 2) ^ ((i_first + t) & 7)) << 2) : dqa;
+        const float2 a = *reinterpret_cast<const float2*>(src);
         x.dq[0] = a.x, x.dq[1] = a.y;
       }
       load_bf16_packed<kV>(qr, x.q2);

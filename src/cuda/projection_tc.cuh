@@ -506,8 +506,9 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   // (one 64-bit add each per step: per-row index arithmetic was ~45 of the walk's instructions in the first build
   // of this form).
   const float* dqa = p.dq_acc + (row0 + half) * D + d0;
-  // kTiled (v1.39), v3.15's tiles (p.dq_tiled): the warp's rows lie in one 16-row group (i_first is a multiple of
-  // 8), row t at word dq_tile_word(i_first % 16 + t, d0 % 64) of this lane's column half's tile.
+  // kTiled (v1.39), v3.15's tiles (p.dq_tiled; at D = 64, v3.17's, a runtime choice): the warp's rows lie in one
+  // 16-row group (i_first is a multiple of 8), row t at word dq_tile_word(i_first % 16 + t, d0 % 64) of the tile of
+  // this lane's columns.
   const float* dq_tile = p.dq_acc + dq_acc_tiled_index(p, bh, i_first & ~15, d0 & ~63);
   const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 +
                    static_cast<int64_t>(i_first + half) * p.q.s1 + h * p.q.s2 + d0;
@@ -515,11 +516,12 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     ThreshColLoads<D, kLanes> x = {};
     if (kR == 1 || t < nr) {
       if constexpr (kV == 4) {
-        const float* src = kTiled ? dq_tile + dq_tile_word(i_first % 16 + t, d0 % 64) : dqa;
+        const bool tiled = kTiled || (D == 64 && p.dq_tiled);  // (at D = 64 a runtime choice, v3.17)
+        const float* src = tiled ? dq_tile + dq_tile_word(i_first % 16 + t, d0 % 64) : dqa;
         const float4 a = *reinterpret_cast<const float4*>(src);
         x.dq[0] = a.x, x.dq[1] = a.y, x.dq[2] = a.z, x.dq[3] = a.w;
-      } else {  // (D = 64 one row per warp: v3.17's tiles; dq_tile includes d0 & 3)
-        const float* src = p.dq_tiled ? dq_tile + t * 64 + ((((d0 % 64) >> 2) ^ ((i_first + t) & 7)) << 2) : dqa;
+      } else {  // (D = 64, one row per warp)
+        const float* src = p.dq_tiled ? dq_tile + dq_tile_word(i_first % 16 + t, d0 % 64) : dqa;
         const float2 a = *reinterpret_cast<const float2*>(src);
         x.dq[0] = a.x, x.dq[1] = a.y;
       }

@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   };
 
-  // v3.11b: the loop's wgmma descriptors as bases formed once, advanced by constants (wg_desc_advance) and, for
+  // v3.11b: the loop's wgmma descriptors as bases formed once, advanced by constants (wg_desc_advance_lo) and, for
   // the stage and the bf16(dS) buffer, by one runtime offset each: each descriptor built from a pointer took ~10
   // instructions (mask, shift, OR, high word, R2UR), ~120 of gproj's extra per warp and block (session 15).
   // wg_u: wg as the value of lane 0, which ptxas knows to be warp-uniform, so that the bases and the descriptors
@@ -448,14 +448,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
-        const uint64_t q_desc = wg_desc_advance(q_kd, st_off + kb * BQ * 64 + kin * 16);
-        const uint64_t o_desc = wg_desc_advance(o_kd, st_off + kb * BQ * 64 + kin * 16);
+        const uint64_t q_desc = wg_desc_advance_lo(q_kd, st_off + kb * BQ * 64 + kin * 16);
+        const uint64_t o_desc = wg_desc_advance_lo(o_kd, st_off + kb * BQ * 64 + kin * 16);
         if (kb + kin == 0) {
           wgmma_ss_n64_first(s, k_kd, q_desc);
           wgmma_ss_n64_first(dp, v_kd, o_desc);
         } else {
-          wgmma_ss_n64<0>(s, wg_desc_advance(k_kd, kb * BK * 64 + kin * 16), q_desc, 1);
-          wgmma_ss_n64<0>(dp, wg_desc_advance(v_kd, kb * BK * 64 + kin * 16), o_desc, 1);
+          wgmma_ss_n64<0>(s, wg_desc_advance_lo(k_kd, kb * BK * 64 + kin * 16), q_desc, 1);
+          wgmma_ss_n64<0>(dp, wg_desc_advance_lo(v_kd, kb * BK * 64 + kin * 16), o_desc, 1);
         }
       }
     wg_commit();
@@ -565,14 +565,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if constexpr (kNB == 2) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_advance(o_mn, st_off + kk * 16 * 64), 1);
-        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_advance(q_mn, st_off + kk * 16 * 64), 1);
+        const int off = st_off + kk * 16 * 64;
+        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_advance_lo(o_mn, off), 1);
+        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_advance_lo(q_mn, off), 1);
       }
     } else {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_rs_n64<1>(dv[0], pf[kk], wg_desc_advance(o_mn, st_off + kk * 16 * 64), 1);
-        wgmma_rs_n64<1>(dk[0], dsf[kk], wg_desc_advance(q_mn, st_off + kk * 16 * 64), 1);
+        wgmma_rs_n64<1>(dv[0], pf[kk], wg_desc_advance_lo(o_mn, st_off + kk * 16 * 64), 1);
+        wgmma_rs_n64<1>(dk[0], dsf[kk], wg_desc_advance_lo(q_mn, st_off + kk * 16 * 64), 1);
       }
     }
     if constexpr (kDkComp) {  // E += eps^T (Q U_q): K = queries, B = the warpgroup's (Q U_q)^T tile (K-major)
@@ -630,14 +631,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (kThresh && !kFwdStats && qn == 0 && !(kAblate & 1)) {
 #pragma unroll
         for (int kin = 0; kin < 4; ++kin) {
-          const uint64_t pa = wg_desc_advance(p_kd, kin * 16), ub = wg_desc_advance(up_kd, kin * 16);
+          const uint64_t pa = wg_desc_advance_lo(p_kd, kin * 16), ub = wg_desc_advance_lo(up_kd, kin * 16);
           if (kin == 0) {
             wgmma_ss_n16_first(st16, pa, ub);
           } else {
             wgmma_ss_n16(st16, pa, ub);
           }
-          wgmma_ss_n16(st16, wg_desc_advance(ds_kd, ds_off + wg_u * BQ * 64 + kin * 16),
-                       wg_desc_advance(ud_kd, kin * 16));
+          wgmma_ss_n16(st16, wg_desc_advance_lo(ds_kd, ds_off + wg_u * BQ * 64 + kin * 16),
+                       wg_desc_advance_lo(ud_kd, kin * 16));
         }
       }
 #pragma unroll
@@ -661,7 +662,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         } else {
           const int a_off = kSplit ? (kin >> 2) * BQ * 64 + (kin & 3) * 16 : wg_u * BQ * 64 + kin * 16;
           const int b_off = kSplit ? wg_u * BK * 64 + kin * 16 * 64 : nb * BK * 64 + wg_u * 64 * 64 + kin * 16 * 64;
-          wgmma_ss_n64<1>(dqa, wg_desc_advance(ds_kd, ds_off + a_off), wg_desc_advance(k_mn, b_off), 1);
+          wgmma_ss_n64<1>(dqa, wg_desc_advance_lo(ds_kd, ds_off + a_off), wg_desc_advance_lo(k_mn, b_off), 1);
         }
       }
       wg_commit();

@@ -45,7 +45,12 @@ __device__ inline uint64_t wg_desc_mnmajor(const void* smem, uint32_t n_block_by
 // elems is a multiple of 8. One add instead of a descriptor built from a pointer (address conversion, mask,
 // shift, field bits) for every k-step.
 __device__ __forceinline__ uint64_t wg_desc_advance(uint64_t desc, int elems) {
-  // The low word only: the high word (the stride field, swizzle mode) passes through without a 64-bit add's carry.
+  return desc + static_cast<uint64_t>(elems >> 3);
+}
+// The same on the low word only (the high word, the stride field and swizzle mode, passes through with no 64-bit
+// carry): the backward's descriptor bases (v3.11b). The forward keeps the 64-bit add above: through this form its
+// gproj kernel was 1-2% slower (session 17, run 1).
+__device__ __forceinline__ uint64_t wg_desc_advance_lo(uint64_t desc, int elems) {
   const uint32_t lo = static_cast<uint32_t>(desc) + static_cast<uint32_t>(elems >> 3);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }

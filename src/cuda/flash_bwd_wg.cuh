@@ -436,8 +436,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       fence_async_smem();
       __syncthreads();
     }
-    const bf16_t* qt = sQ + st * BQ * D;
-    const bf16_t* ot = sdO + st * BQ * D;
     const int st_off = st * BQ * D;  // the stage's offset (elements) from sQ, sdO
     const int ds_off = kSplit ? (it & 1) * BQ * BK : 0;  // this block's bf16(dS) buffer's from sdS
 

@@ -37,8 +37,8 @@ constexpr int kBulkDqFloats = 8 * 16 * 64;  // 8 warps x 16 rows x 64 columns
 
 // Q, dO stages: v3.0 double-buffers with cp.async; v3.1 keeps three in flight (loads two blocks ahead); v3.15 two
 // (still loaded two blocks ahead, each once its block's dK, dV products have read it), for the dQ rows' room.
-template <bool kTma, bool kBulk = false>
-constexpr int kBwdWgStages = kTma ? (kBulk ? 2 : 3) : 2;  // (kBulk: the D = 128 form; D = 64 keeps three)
+template <int D, bool kTma, bool kBulk = false>
+constexpr int kBwdWgStages = kTma ? (kBulk && D == 128 ? 2 : 3) : 2;  // (D = 64 keeps three with v3.17's bulk)
 
 // thresh-lowrank's extra tiles (kThresh): bf16(P) like bf16(dS), and the B operands of the 64 x 16 product that
 // gives the row's statistics record in its first 8 columns: P (K U) (columns 0 to kTailRank - 1), s_i (kStatS)
@@ -61,7 +61,7 @@ constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
   // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | [bf16(U)^T, D / 64 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
-  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<kTma, kBulk && D == 128> * kWgBwdRows * D +
+  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<D, kTma, kBulk> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
                            (kThresh ? kWgBwdRows * kWgBwdKeys : 0) +
                            (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kFwdStats || (kThresh && !kDkComp && !kVecDq), "v3.9 is a form of thresh-lowrank's v3.1 / v3.2");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
-  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<kTma, kBulk && D == 128>;
+  constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<D, kTma, kBulk>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   // Tiles [D/64][rows][64], 128B-swizzled (wgmma.cuh): one layout serves as K-major and as MN-major operand.

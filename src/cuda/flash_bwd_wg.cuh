@@ -715,10 +715,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             if (lane == 0) bulk_wait_read0();
             __syncwarp();
           }
-          // rows g and g + 8 of the warp's tile (both have row & 7 = g), columns 8 n + 2 tq, + 1
+          // rows g and g + 8 of the warp's tile (both have row % 4 = g % 4), columns 8 n + 2 tq, + 1
           // (dq_tile_word(g, 8 n + 2 tq), written out: through the helper ptxas scheduled this loop differently
           // on v3.11c, 16 instructions more)
-          float* srow = sDq + warp * 1024 + g * 64 + (((2 * n + (tq >> 1)) ^ g) << 2) + 2 * (tq & 1);
+          float* srow = sDq + warp * 1024 + g * 64 + (((2 * n + (tq >> 1)) ^ ((g & 3) << 1)) << 2) + 2 * (tq & 1);
           *reinterpret_cast<float2*>(srow) = make_float2(dqa[4 * n], dqa[4 * n + 1]);
           *reinterpret_cast<float2*>(srow + 8 * 64) = make_float2(dqa[4 * n + 2], dqa[4 * n + 3]);
         } else {

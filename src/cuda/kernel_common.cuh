@@ -80,12 +80,17 @@ struct KernelParams {
 // dQacc's word (row i, column d) of head row bh (d a multiple of 4: a 16-byte chunk stays whole). Row-major
 // (B, H, Nq, D), or with p.dq_tiled (v3.15 at D = 128, v3.17 at D = 64) in tiles of 16 rows x 64 columns (4 KB,
 // ceil(Nq / 16) row groups per head, column blocks inner), each the image of one warp's shared-memory rows: row r
-// of the tile at 64 r, its 16-byte chunk c at chunk c ^ (r & 7), so that the warp's stores of its accumulator rows
-// there hit every bank equally. A row's 256-byte column block is then one whole piece.
+// of the tile at 64 r, its 16-byte chunk c at chunk c ^ 2 (r % 4), so that each half-warp's 8-byte stores of its
+// accumulator rows (rows g, 4 of them, two chunks each) cover the 32 banks once. (Before v3.19 the chunk was
+// c ^ (r & 7), which left the two chunks of rows g and g ^ 1 in the same banks: two wavefronts per half-warp
+// store, ncu's excessive shared wavefronts, 33.6 M per backward at D = 128, N = 4k.) A row's 256-byte column
+// block is one whole piece either way.
 // The word of (row r, column c) inside one tile (r < 16, c < 64), for dq_acc_tiled_index and thresh_dq
 // (projection_tc.cuh). The main kernel's shared-memory store writes the same formula out (flash_bwd_wg.cuh: through
 // this helper ptxas scheduled its loop with 16 more instructions).
-__device__ __forceinline__ int dq_tile_word(int r, int c) { return r * 64 + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3); }
+__device__ __forceinline__ int dq_tile_word(int r, int c) {
+  return r * 64 + (((c >> 2) ^ ((r & 3) << 1)) << 2) + (c & 3);
+}
 __device__ __forceinline__ int64_t dq_acc_tiled_index(const KernelParams& p, int64_t bh, int i, int d) {
   const int64_t groups = (p.Nq + 15) / 16;
   return ((bh * groups + i / 16) * (p.D / 64) + d / 64) * 1024 + dq_tile_word(i % 16, d % 64);

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Executed warp instructions by opcode, side by side, from ncu per-instruction source pages.
+"""Executed warp instructions (or another per-instruction column) by opcode, side by side, from ncu source pages.
 
 Input: one or more CSVs of `ncu -i REP --page source --print-source sass --csv` (scripts/device_env.sh's
 ncu_source_page writes them as sass_KERNEL_LABEL.csv), each given as LABEL=PATH. Every instruction's
 "Instructions Executed" is added to its opcode (the mnemonic before the first '.', a predicate skipped), and the
 totals are divided by --per (e.g. the executed count of an instruction that runs once per warp and loop
 iteration, to get instructions per warp and iteration). The first label is the reference: the table is sorted
-by the largest difference from it, and the last column shows the difference of the last label.
+by the largest difference from it (then by the largest count), and the last column shows the difference of the
+last label. --metric sums another of the page's per-instruction columns instead, e.g. "L1 Wavefronts Shared" or
+"L1 Wavefronts Shared Excessive" (shared-memory wavefronts, wgmma operand reads included, and those beyond the
+ideal: bank conflicts).
 
-Usage: python3 bench/ncu_opcode_mix.py base=sass_a.csv gproj=sass_b.csv [--per N] [--top 30]
+Usage: python3 bench/ncu_opcode_mix.py base=sass_a.csv gproj=sass_b.csv [--per N] [--top 30] [--metric COLUMN]
 """
 import argparse
 import collections
@@ -18,14 +21,14 @@ import sys
 EXECUTED = "Instructions Executed"
 
 
-def opcode_counts(path):
-    """{opcode: executed warp instructions} of one source page."""
+def opcode_counts(path, metric=EXECUTED):
+    """{opcode: sum of the column `metric` (default: executed warp instructions)} of one source page."""
     rows = list(csv.reader(open(path)))
-    header_at = next((i for i, r in enumerate(rows) if EXECUTED in r and "Source" in r), None)
+    header_at = next((i for i, r in enumerate(rows) if metric in r and "Source" in r), None)
     if header_at is None:
-        raise ValueError(f"{path}: no '{EXECUTED}' column (not an ncu source-page CSV?)")
+        raise ValueError(f"{path}: no '{metric}' column (not an ncu source-page CSV, or not of --set full?)")
     hdr, body = rows[header_at], rows[header_at + 1:]
-    i_src, i_exe = hdr.index("Source"), hdr.index(EXECUTED)
+    i_src, i_exe = hdr.index("Source"), hdr.index(metric)
     counts = collections.Counter()
     for r in body:
         words = r[i_src].split() if i_src < len(r) else []
@@ -45,6 +48,7 @@ def main(argv):
     ap.add_argument("pages", nargs="+", help="LABEL=PATH, the first is the reference")
     ap.add_argument("--per", type=float, default=1.0, help="divide every count by this (default 1)")
     ap.add_argument("--top", type=int, default=30, help="rows to print (default 30)")
+    ap.add_argument("--metric", default=EXECUTED, help=f"the per-instruction column to add (default '{EXECUTED}')")
     a = ap.parse_args(argv)
     if a.per <= 0:
         ap.error("--per must be positive")
@@ -54,10 +58,10 @@ def main(argv):
         if not sep or not label or not path:
             ap.error(f"'{spec}' is not LABEL=PATH")
         labels.append(label)
-        tables.append(opcode_counts(path))
+        tables.append(opcode_counts(path, a.metric))
     ops = set().union(*tables)
     ref, last = tables[0], tables[-1]
-    ops = sorted(ops, key=lambda o: -abs(last[o] - ref[o]))[: a.top]
+    ops = sorted(ops, key=lambda o: (-abs(last[o] - ref[o]), -max(t[o] for t in tables), o))[: a.top]
     print(f"{'opcode':<10}" + "".join(f"{l:>12}" for l in labels) + f"{labels[-1] + '-' + labels[0]:>16}")
     for o in ops:
         print(f"{o:<10}" + "".join(f"{t[o] / a.per:12.1f}" for t in tables) + f"{(last[o] - ref[o]) / a.per:16.1f}")

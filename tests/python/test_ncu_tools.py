@@ -217,6 +217,25 @@ def test_opcode_mix_adds_by_mnemonic_and_compares(tmp_path, capsys):
     assert out[-1].split() == ["total", "3.0", "27.0", "24.0"]
 
 
+def test_opcode_mix_sums_another_column(tmp_path, capsys):
+    mix = load("ncu_opcode_mix")
+    a = tmp_path / "a.csv"
+    a.write_text("\n".join([
+        '"Kernel Name","void k(Params)",',
+        '"Address","Source","Instructions Executed","L1 Wavefronts Shared","L1 Wavefronts Shared Excessive"',
+        '"0x10","STS.64 [R1], R2","100","400","200"',
+        '"0x20","@P0 STS.64 [R3], R4","100","400","200"',
+        '"0x30","HGMMA.64x16x16.F32.BF16 R24, gdesc[UR8]","10","50","0"',
+        '"0x40","IMAD R1, R2, R3, RZ","300","",""',
+    ]) + "\n")
+    assert mix.opcode_counts(a, "L1 Wavefronts Shared Excessive") == {"STS": 400, "HGMMA": 0, "IMAD": 0}
+    assert mix.main([f"x={a}", "--metric", "L1 Wavefronts Shared"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].split() == ["total", "850.0", "0.0"]
+    with pytest.raises(ValueError, match="no 'L2 Nothing' column"):
+        mix.opcode_counts(a, "L2 Nothing")
+
+
 def test_opcode_mix_refuses_other_files_and_arguments(tmp_path):
     mix = load("ncu_opcode_mix")
     f = tmp_path / "other.csv"

@@ -172,8 +172,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     // Mask, row max, fwdfix, online softmax of block jb: the same step as flash_fwd_tc_kernel. Runs while
     // P V of block jb - 1 is still on the tensor cores.
     float alpha_a, alpha_b;
+    // v2.5: the mask test as two inlined copies of the step (need_mask is warp-uniform), so that a block no row
+    // of the warp needs masked runs without it. With the flag at run time, ptxas kept one copy and tested it per
+    // 8-column tile, each test a branch with its predicates recomputed (BSSY / BRA / BSYNC and ten ISETP per
+    // block: ~60 of the ~400 warp instructions per block, 15% of the stall samples, non-causal N = 4k).
     const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
-    softmax_block<kTieFix, false>(p, s, need_mask, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+    if (need_mask) {
+      softmax_block<kTieFix, false>(p, s, true, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+    } else {
+      softmax_block<kTieFix, false>(p, s, false, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+    }
     wg_wait0();  // P V of block jb - 1: o and pf are free
     // Nothing below may move above the wait: the fences make the packing and the rescale depend on it. (pf is
     // written only here, after the wait: an earlier pack, even into other variables, let the compiler put the

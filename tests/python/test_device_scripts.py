@@ -1,6 +1,7 @@
 # The GPU machine's scripts (scripts/device_*.sh and the rest of scripts/*.sh): they only run there, so here every
 # one is at least parsed by bash, and device_bench_ab.sh's refusals of a bad BENCHES list (which it checks before it
-# touches a GPU) and pack_bench.sh's usage error are run. Part of scripts/python_test.sh.
+# touches a GPU), pack_bench.sh's usage error and device_candidate_tests.sh's refusal of a build of another commit
+# are run. Part of scripts/python_test.sh.
 import os
 import shutil
 import subprocess
@@ -182,3 +183,31 @@ def test_bench_ab_refuses_an_unknown_input_kind(tmp_path):
     assert r.returncode == 2
     assert "unknown input kind nonsense" in r.stderr
     assert not (tmp_path / "out" / "ab.txt").exists()
+
+
+def run_candidate_tests(tmp_path, args, prebuilt_commit=None):
+    """device_candidate_tests.sh in a copy of the scripts it needs, GPROJ_COMMIT "abc", .prebuilt made for
+    prebuilt_commit (None: no .prebuilt)."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    for name in ("device_candidate_tests.sh", "device_env.sh"):
+        shutil.copy(ROOT / "scripts" / name, tree / "scripts" / name)
+    if prebuilt_commit is not None:
+        (tree / ".prebuilt").mkdir()
+        (tree / ".prebuilt" / "COMMIT").write_text(prebuilt_commit + "\n")
+    env = dict(os.environ, GPROJ_COMMIT="abc")
+    return subprocess.run(["bash", str(tree / "scripts" / "device_candidate_tests.sh"), *args], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_candidate_tests_need_a_folder(tmp_path):
+    r = run_candidate_tests(tmp_path, [])
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+@pytest.mark.parametrize("prebuilt_commit", [None, "other"])
+def test_candidate_tests_refuse_a_build_of_another_commit(tmp_path, prebuilt_commit):
+    r = run_candidate_tests(tmp_path, [str(tmp_path / "out")], prebuilt_commit)
+    assert r.returncode == 2
+    assert "is not GPROJ_COMMIT (abc)" in r.stderr and "device_prebuild.sh" in r.stderr
+    assert not (tmp_path / "out" / "summary.txt").exists()  # nothing ran

@@ -59,11 +59,8 @@ triage_args=()
 [ "$rc" = 0 ] || triage_args=(--rerun "$cuda_tests_bin" --budget 90)
 note "cuda_tests: rc=$rc in $(( $(date +%s) - t0 )) s; $(python3 scripts/gtest_triage.py "$out/cuda_tests.log" "${triage_args[@]}")"
 
-# Small cases of every kernel path: the default and wide backward, thresh-lowrank on v3.1 (D = 64) and v3.2
-# (D = 128: its in-kernel K U and the per-key dK table), and (odd row count) pweighted and thresh-lowrank.
-# synccheck: the named barriers and mbarriers of the TMA kernels.
-small='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Awkward/CudaSweep.ThreshLowRankMatchesOracleAndCpu/q97_k97_h2x2_d128*:Cuda.OddRowCountKeepsTheWorkspaceAligned'
-run_sanitizers "$out" "$cuda_tests_bin" "$small" memcheck racecheck synccheck
+# device_env.sh's small cases of every kernel path; synccheck: the named barriers and mbarriers of the TMA kernels.
+run_sanitizers "$out" "$cuda_tests_bin" "$small_cases" memcheck racecheck synccheck
 
 t0=$(date +%s)
 timeout 60 "$gproj_bin" check --suite stress --device all --quiet --json "$out/check.json" \

@@ -22,16 +22,25 @@ export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unk
 # The real captured states of this copy of the tree: prebuilt binaries carry the path they were built at.
 export GPROJ_DATA_DIR="${GPROJ_DATA_DIR:-$PWD/tests/data}"
 # run_sanitizers LOG_DIR TEST_BIN FILTER TOOL...: compute-sanitizer TOOL on the GPU tests matching FILTER, one
-# log per tool, and a `note` line (the caller's summary function) each.
+# log per tool, and a `note` line (the caller's summary function) each; returns 1 when any tool failed.
 run_sanitizers() {
-  local dir=$1 bin=$2 filter=$3 tool t0
+  local dir=$1 bin=$2 filter=$3 tool t0 rc failed=0
   shift 3
   for tool in "$@"; do
     t0=$(date +%s)
     timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" >"$dir/sanitizer_$tool.log" 2>&1
-    note "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/sanitizer_$tool.log" | tail -1)"
+    rc=$?
+    [ "$rc" -eq 0 ] || failed=1
+    note "compute-sanitizer $tool: rc=$rc in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/sanitizer_$tool.log" | tail -1)"
   done
+  return "$failed"
 }
+
+# The small cases of every kernel path, for compute-sanitizer (device_check.sh, device_candidate_tests.sh): the
+# default and wide backward, thresh-lowrank on v3.1 (D = 64) and v3.2 (D = 128: its in-kernel K U and the per-key
+# dK table), and (odd row count) pweighted and thresh-lowrank.
+small_cases='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Awkward/CudaSweep.ThreshLowRankMatchesOracleAndCpu/q97_k97_h2x2_d128*:'
+small_cases+='Cuda.OddRowCountKeepsTheWorkspaceAligned'
 
 # The prebuilt extension into python/gproj by rename (a process beside this one may have the old file mapped).
 install_prebuilt_extension() {

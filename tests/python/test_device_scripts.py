@@ -1,7 +1,8 @@
 # The GPU machine's scripts (scripts/device_*.sh and the rest of scripts/*.sh): they only run there, so here every
 # one is at least parsed by bash, and device_bench_ab.sh's refusals of a bad BENCHES list (which it checks before it
-# touches a GPU), pack_bench.sh's usage error and device_candidate_tests.sh's refusal of a build of another commit
-# are run. Part of scripts/python_test.sh.
+# touches a GPU), pack_bench.sh's usage error, and device_candidate_tests.sh's refusal of a build of another commit
+# and its pass / fail status (with stand-ins for the GPU binaries and compute-sanitizer) are run. Part of
+# scripts/python_test.sh.
 import os
 import shutil
 import subprocess
@@ -211,3 +212,32 @@ def test_candidate_tests_refuse_a_build_of_another_commit(tmp_path, prebuilt_com
     assert r.returncode == 2
     assert "is not GPROJ_COMMIT (abc)" in r.stderr and "device_prebuild.sh" in r.stderr
     assert not (tmp_path / "out" / "summary.txt").exists()  # nothing ran
+
+
+def test_candidate_tests_run_every_check_and_report_a_failure(tmp_path):
+    # Stand-ins for the GPU binaries and compute-sanitizer: the suite passes, racecheck reports a hazard.
+    r0 = run_candidate_tests(tmp_path, [], prebuilt_commit="abc")  # makes the tree (and is refused: no DIR)
+    assert r0.returncode == 2
+    tree = tmp_path / "tree"
+    bindir, fakes = tree / ".prebuilt" / "bin", tmp_path / "fakes"
+    bindir.mkdir()
+    fakes.mkdir()
+    scripts = {bindir / "cuda_tests": 'echo "[  PASSED  ] 58 tests."',
+               bindir / "gproj": 'echo "passed: 0 of 104 rows exceed the --fail-above bounds"',
+               fakes / "compute-sanitizer": 'if [ "$2" = racecheck ]; then echo "RACECHECK SUMMARY: 1 hazard"; '
+                                            'exit 9; fi; echo "ERROR SUMMARY: 0 errors"'}
+    for path, body in scripts.items():
+        path.write_text("#!/usr/bin/env bash\n" + body + "\n")
+        path.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, GPROJ_COMMIT="abc", PATH=f"{fakes}:{os.environ['PATH']}")
+    r = subprocess.run(["bash", str(tree / "scripts" / "device_candidate_tests.sh"), str(out)], cwd=tree, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in summary] == [
+        "== cuda_tests", "== compute-sanitizer memcheck", "== compute-sanitizer racecheck",
+        "== compute-sanitizer synccheck", "== gproj check --device all",
+        "== gproj check --stats-from forward --device all"]
+    assert "rc=9" in summary[2] and "1 hazard" in summary[2]
+    assert "rc=0" in summary[0] and "rc=0" in summary[1] and "rc=0" in summary[5]

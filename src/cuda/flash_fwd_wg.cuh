@@ -21,9 +21,9 @@ namespace gproj::cuda::detail {
 
 constexpr int kWgRows = 128, kWgThreads = 256, kWgStages = 3;
 
-// Bench-only ablation (CMake -DGPROJ_ABLATE, see flash_bwd_wg.cuh): bit 16 drops v2.3's statistics products (the
-// records are then zero and gproj's gradients wrong), bit 32 the K U tiles' copies (with 16: v2.3's extra
-// registers, rescale and epilogue alone).
+// Bench-only ablation (CMake -DGPROJ_ABLATE, see flash_bwd_wg.cuh): bit 16 drops the statistics' 8 columns of P V
+// (v2.6: P V is then m64n128k16; the records are zero and gproj's gradients wrong), bit 32 the K U blocks' copies
+// (with 16: the form's extra registers, rescale and epilogue alone).
 #ifndef GPROJ_ABLATE
 #define GPROJ_ABLATE 0
 #endif
@@ -31,8 +31,8 @@ constexpr bool kFwdAblateStats = (GPROJ_ABLATE & 16) != 0, kFwdAblateTiles = (GP
 
 template <int D, bool kStats = false>
 constexpr size_t fwd_wg_smem_bytes() {
-  // + 1024: tiles realigned to 1024 B; + 64: v2.2's mbarriers; v2.3 (kStats): a 1 KB K U tile per stage
-  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + (kStats ? kWgStages * 1024 : 0) + 1024 + 64;
+  // + 1024: tiles realigned to 1024 B; + 64: v2.2's mbarriers; v2.6 (kStats): an 8 KB K U column block per V stage
+  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + (kStats ? kWgStages * 8192 : 0) + 1024 + 64;
 }
 
 // Loads rows [n0, n0 + count) of a strided (B, N, H, D) tensor into a 128B-swizzled [D/64][kRows][64] tile.
@@ -51,10 +51,12 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
 // kTma (v2.2): thread 0 loads Q and the K, V blocks with TMA (two blocks ahead, three stages; mbarriers full per
 // stage, completed by the copies, and empty per stage, one arrival per warp once its P V of the block is done),
 // and no CTA-wide barrier remains in the loop: the two warpgroups drift apart, as in the backward's v3.1.
-// kStats (v2.3, on v2.2; gproj with thresh-lowrank): thresh-lowrank's row statistics ride on P V. Beside each
-// 64-key block's K, V the producer loads that block's bf16(K U)^T tile with a row of ones (p.ku_tiles through
-// the tensor map maps.ku: [8][64], 128B-swizzled, keys past Nk zero), and each warpgroup adds bf16(P) [K U | 1 | 0] with one m64n8k16
-// product per 16 keys, rescaled with O. The epilogue divides by l like O and writes the row's record
+// kStats (v2.3, on v2.2; gproj with thresh-lowrank): thresh-lowrank's row statistics ride on P V. v2.6: each V
+// stage has a third column block (a second at D = 64), which the producer fills with the block's 64 rows of
+// p.ku_tiles through the tensor map maps.ku (bf16(K U) in columns 0-5, a one in kStatS; columns 8-63 and keys
+// past Nk zero), so that P V is one m64n136k16 (m64n72k16) per 16 keys whose last n8 block is bf16(P) [K U | 1 |
+// 0], rescaled with O (v2.3 had four m64n8k16 products of their own beside P V, against a K-major [8][64] tile of
+// the transpose; docs/design-fwd-stats-pv.md). The epilogue divides by l like O and writes the row's record
 // (p.fwd_stats): P (K U) in columns 0-5 and s_i = sum_j bf16(P)_ij in column kStatS, from the same bf16(P) as
 // O. The backward (v3.9) then forms only r_i (docs/gproj-forward-stats.md).
 template <int D, bool kTieFix, bool kTma = false, bool kStats = false>
@@ -67,9 +69,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t raw = smem_u32(smem_raw);
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BQ][64]
   bf16_t* sK = sQ + BQ * D;                // [kWgStages][kNB][BK][64], K-major for S = Q K^T
-  bf16_t* sV = sK + kWgStages * BK * D;    // [kWgStages][kNB][BK][64], MN-major for O += P V
-  bf16_t* sKU = sV + kWgStages * BK * D;   // kStats: [kWgStages][8][64] bf16(K U)^T and ones, K-major B
-  uint64_t* full = reinterpret_cast<uint64_t*>(sKU + (kStats ? kWgStages * 8 * BK : 0));  // v2.2: [3] K, V landed; [3] empty;
+  // [kWgStages][kNB (+ 1 with kStats)][BK][64], MN-major for O += P V; v2.6 (kStats): each stage's last column
+  // block is the K U block ([BK keys][64]: bf16(K U) in columns 0-5, a one in kStatS, zeros after)
+  constexpr int kVStage = BK * D + (kStats ? BK * 64 : 0);
+  bf16_t* sV = sK + kWgStages * BK * D;
+  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kWgStages * kVStage);  // v2.2: [3] K, V landed; [3] empty;
   uint64_t* empty = full + 3;                                              // [1] Q landed
   uint64_t* q_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -87,7 +91,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (jb < nblocks) {
       const int j0 = jb * BK, cnt = min(BK, p.Nk - j0), st = jb % kWgStages;
       load_sw128_async<BK, D>(sK + st * BK * D, p.k, b, j0, cnt, hk);
-      load_sw128_async<BK, D>(sV + st * BK * D, p.v, b, j0, cnt, hk);
+      load_sw128_async<BK, D>(sV + st * kVStage, p.v, b, j0, cnt, hk);
     }
     cp_async_commit();
   };
@@ -95,13 +99,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto tma_kv = [&](int jb) {  // v2.2, thread 0: K, V of block jb into stage jb % 3 (rows past Nk: zeros)
     const int st = jb % kWgStages;
     mbar_arrive_expect_tx(&full[st],
-                          2 * BK * D * sizeof(bf16_t) + (kStats && !kFwdAblateTiles ? 8 * BK * sizeof(bf16_t) : 0));
+                          2 * BK * D * sizeof(bf16_t) + (kStats && !kFwdAblateTiles ? 64 * BK * sizeof(bf16_t) : 0));
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
       tma_load_4d(sK + st * BK * D + nb * BK * 64, &maps.k, nb * 64, hk, jb * BK, b, &full[st]);
-      tma_load_4d(sV + st * BK * D + nb * BK * 64, &maps.v, nb * 64, hk, jb * BK, b, &full[st]);
+      tma_load_4d(sV + st * kVStage + nb * BK * 64, &maps.v, nb * 64, hk, jb * BK, b, &full[st]);
     }
-    if constexpr (kStats && !kFwdAblateTiles) tma_load_4d(sKU + st * 8 * BK, &maps.ku, jb * BK, 0, hk, b, &full[st]);
+    if constexpr (kStats && !kFwdAblateTiles) {  // columns 8-63 and keys past Nk arrive as zeros
+      tma_load_4d(sV + st * kVStage + kNB * BK * 64, &maps.ku, 0, jb * BK, hk, b, &full[st]);
+    }
   };
   if constexpr (kTma) {
     init_load_ring(full, empty, kWgStages, kWgThreads / 32, q_full);
@@ -124,13 +130,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int row_a = i0 + r0 + g, row_b = row_a + 8;
   const int lim_a = last_visible(p, row_a), lim_b = last_visible(p, row_b);
   const int warp_lim = last_visible(p, i0 + r0);
-  float o[kNB][32];
+  // O's accumulator and, v2.6 (kStats), its last n8 block: bf16(P) [K U | 1 | 0] (rows a, b), the same product
+  float oacc[kNB * 32 + 4];
 #pragma unroll
-  for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-    for (int e = 0; e < 32; ++e) o[nb][e] = 0.0f;
+  for (int e = 0; e < kNB * 32 + 4; ++e) oacc[e] = 0.0f;
+  auto& o = reinterpret_cast<float(&)[kNB][32]>(oacc);
+  auto& kus = reinterpret_cast<float(&)[4]>(oacc[kNB * 32]);
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
-  float kus[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // kStats: bf16(P) [K U | 1 | 0], n8 accumulator (rows a, b)
   float s[32];
   // S = Q K^T of key block jb (stage jb % kWgStages) for this warpgroup's 64 rows: issued, not waited for.
   const uint64_t q_desc0 = wg_desc_kmajor(sQ + wg * 64 * 64);
@@ -230,21 +236,24 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     // O += bf16(P) V of block jb, 16 keys per step: at D = 128 both 64-column blocks of V in one m64n128k16 (the
     // descriptor's N-block stride is the blocks' 8 KB; session 13), at D = 64 one m64n64k16.
-    const bf16_t* vt = sV + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * BK * D;  // warp-uniform stage
+    const bf16_t* vt = sV + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * kVStage;  // warp-uniform stage
     const uint64_t v_desc0 = wg_desc_mnmajor(vt, BK * 128);
     wg_fence();
-    if constexpr (kNB == 2) {
+    if constexpr (kStats && !kFwdAblateStats && kNB == 2) {  // v2.6: the record's 8 columns ride on P V (n136)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n136<1>(reinterpret_cast<float(&)[68]>(oacc), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
+    } else if constexpr (kStats && !kFwdAblateStats) {  // (D = 64: n72)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n72<1>(reinterpret_cast<float(&)[36]>(oacc), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
+    } else if constexpr (kNB == 2) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(o), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
     } else {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wgmma_rs_n64<1>(o[0], pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
-    }
-    if constexpr (kStats && !kFwdAblateStats) {  // the record's columns: B = the block's [8][64] tile, K = keys
-      const uint64_t ku_desc0 = wg_desc_kmajor(sKU + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * 8 * BK);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_rs_n8(kus, pf[kk], wg_desc_advance(ku_desc0, kk * 16));
     }
     wg_commit();
     if (kNext) {

@@ -62,8 +62,8 @@ struct KernelParams {
   // thresh-lowrank with the forward's statistics (v2.3 forward, v3.9 backward; docs/gproj-forward-stats.md)
   float* fwd_stats;                  // forward: (B, H, Nq, 8) P (K U) (columns 0-5) and s_i (kStatS) of each row,
                                      // from the forward's own bf16(P); column kStatR zero
-  __nv_bfloat16* ku_tiles;           // forward: (B, Hkv, 8, Nk rounded up to 8) bf16(K U)^T plus a row of ones
-                                     // (kStatS), loaded as [8][64] tiles through TmaMaps::ku
+  __nv_bfloat16* ku_tiles;           // forward: (B, Hkv, Nk, 8) bf16(K U) with a one in column kStatS (v2.6),
+                                     // loaded 64 keys at a time through TmaMaps::ku
   float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
   float* suffix;                     // (B, H, D): the total sum_i rest_i Q_i per head (thresh, not causal)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i

@@ -294,13 +294,16 @@ Status launch_bwd_wg(const KernelParams& k, const detail::TmaMaps& maps, dim3 gr
                      "backward main, wgmma", k, maps);
 }
 
-// The v2.3 forward's map of bf16(K U)^T (TmaMaps::ku): (Nk, 8, Hkv, B), boxes of 64 keys x 8 rows, 128B-swizzled.
+// The forward's map of bf16(K U) (TmaMaps::ku, v2.6): (8, Nk, Hkv, B) with boxes of 64 columns x 64 keys,
+// 128B-swizzled: the [64 keys][64] last column block of a V stage, columns 8-63 (past the tensor's 8) and keys past
+// Nk filled with zeros by the copy (the driver accepts the box wider than the tensor: session 19, run 1).
 Status ku_tiles_map(CUtensorMap* map, void* tiles, const Problem& p) {
-  const cuuint64_t ld = static_cast<cuuint64_t>((p.Nk + 7) / 8 * 8) * 2;  // bytes per row of 8
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.Nk), 8, static_cast<cuuint64_t>(p.Hkv),
+  const cuuint64_t row = 8 * 2;  // bytes per key
+  const cuuint64_t dims[4] = {8, static_cast<cuuint64_t>(p.Nk), static_cast<cuuint64_t>(p.Hkv),
                               static_cast<cuuint64_t>(p.B)};
-  const cuuint64_t strides[3] = {ld, 8 * ld, 8 * ld * static_cast<cuuint64_t>(p.Hkv)};
-  const cuuint32_t box[4] = {64, 8, 1, 1};
+  const cuuint64_t strides[3] = {row, row * static_cast<cuuint64_t>(p.Nk),
+                                 row * static_cast<cuuint64_t>(p.Nk) * static_cast<cuuint64_t>(p.Hkv)};
+  const cuuint32_t box[4] = {64, 64, 1, 1};
   return encode_sw128_map(map, tiles, dims, strides, box, ErrorCode::kDevice, "the K U tiles", "");
 }
 
@@ -418,8 +421,8 @@ Workspace layout(const Problem& p) {
 }
 
 // Problem::forward_stats, 4-byte words: rows (B H Nq padded as Workspace::row, x 8: the records, column kStatR
-// zero) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16) | ku_tiles (B Hkv 8 Nk' BF16, Nk' = Nk rounded up to 8: TMA's
-// 16-byte strides). Every region starts on a 16-byte boundary. Problem::forward_workspace: the Gram partials.
+// zero) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16) | ku_tiles (B Hkv Nk 8 BF16, v2.6; a key's row is TMA's 16-byte
+// stride). Every region starts on a 16-byte boundary. Problem::forward_workspace: the Gram partials.
 struct StatsLayout {
   size_t rows = 0, u = 0, ku = 0, tiles = 0, gram = 0;
   size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles); }
@@ -430,7 +433,7 @@ StatsLayout stats_layout(const Problem& p) {
   s.rows = w.row * detail::kLowRank;
   s.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
   s.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
-  s.tiles = static_cast<size_t>(p.B * p.Hkv * 8 * ((p.Nk + 7) / 8 * 8)) / 2;
+  s.tiles = static_cast<size_t>(p.B * p.Hkv * p.Nk * 8) / 2;
   s.gram = static_cast<size_t>(p.B * p.Hkv * k_gram_chunks(p) * p.D * p.D);
   return s;
 }

@@ -243,9 +243,9 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
 
 // ku[b, hk, j] = bf16(K_j U): a tile of 64 keys staged in shared memory (16-byte loads), two threads per key
 // with 4 of the 8 columns each; grid (ceil(Nk / 64), Hkv, B), 128 threads (kQ: qu = bf16(Q U_q), grid
-// (ceil(Nq / 64), H, B)). kTiles (the v2.3 forward's statistics): also bf16(K U)^T into p.ku_tiles, (B, Hkv, 8,
-// Nk rounded up to 8), with ones in row kStatS and zeros in row kStatR; the forward loads [8][64] tiles of it
-// through a tensor map (keys past Nk read as zeros).
+// (ceil(Nq / 64), H, B)). kTiles (the forward's statistics): also bf16(K U) into p.ku_tiles, (B, Hkv, Nk, 8), with
+// a one in column kStatS and a zero in kStatR; v2.6's forward loads 64 keys of it at a time through a tensor map
+// as the third column block of a V stage (columns 8-63 and keys past Nk read as zeros).
 template <int D, bool kQ = false, bool kTiles = false>
 __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   static_assert(!kTiles || !kQ, "tiles of K U only");
@@ -286,11 +286,11 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
     for (int c = 0; c < 4; ++c) acc[c] = c0 + c < kTailRank ? acc[c] : 0.0f;
   }
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
-  if constexpr (kTiles) {
-    const int64_t ld = (p.Nk + 7) / 8 * 8;
-    bf16_t* t = p.ku_tiles + (static_cast<int64_t>(b) * p.Hkv + hk) * 8 * ld + j0 + r;
+  if constexpr (kTiles) {  // v2.6: the key's row of 8 as in xu, with a one in column kStatS (s_i's)
+    float w[4];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) t[(c0 + c) * ld] = __float2bfloat16_rn(c0 + c == kStatS ? 1.0f : acc[c]);
+    for (int c = 0; c < 4; ++c) w[c] = c0 + c == kStatS ? 1.0f : acc[c];
+    store_bf16_vec<4>(p.ku_tiles + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j0 + r) * kLowRank + c0, w);
   }
 }
 

@@ -11,8 +11,9 @@ namespace gproj::cuda::detail {
 
 // TMA descriptors of an attention's inputs (launch.cu): (D, heads, rows, B) views of Q, dO (H, Nq) and K, V
 // (Hkv, Nk), boxes of 64 columns x 64 rows, 128B-swizzled (the sw128 tile layout of wgmma.cuh). The forward
-// leaves dout unset. ku (the v2.3 forward's statistics only): the (Nk, 8, Hkv, B) view of bf16(K U)^T and its row
-// of ones, boxes of 64 keys x 8 rows, 128B-swizzled (one [8][64] K-major B tile per key block).
+// leaves dout unset. ku (the forward's statistics only, v2.6): the (8, Nk, Hkv, B) view of bf16(K U) with its
+// column of ones, boxes of 64 columns x 64 keys, 128B-swizzled: a V stage's last column block (columns 8-63 and
+// keys past Nk read as zeros).
 struct TmaMaps {
   CUtensorMap q, dout, k, v, ku;
 };

@@ -3,7 +3,10 @@
 files and on the benchmark's synthetic inputs (Gaussian; queries x 2 and x 4, `cuda_attention_bench --q-scale`;
 an attention sink, `--sink`, built the same way as there). The per-entry work of gproj's projection (the row
 lists) scales with this count, so it says which benchmark inputs look like trained attention
-(docs/perf-notes.md). CPU only (torch); prints a Markdown table and writes it with --out."""
+(docs/perf-notes.md). It also says, per 64 x 64 tile, how often an entry exists and how often the forward's bound
+of docs/design-block-flags.md would flag the tile, with the running or the final row mass (a tile with an entry
+must always be flagged). CPU only
+(torch); prints a Markdown table and writes it with --out."""
 import argparse
 import datetime
 import json
@@ -54,6 +57,49 @@ def row_entries(q, k, causal, threshold=1.0 / 16):
             "mean_max_p": p.max(-1).values.mean().item(), "rows_listing_key0": listed[..., 0].float().mean().item()}
 
 
+def block_flags(q, k, causal, threshold=1.0 / 16, block=64, margin=0.5):
+    """docs/design-block-flags.md's bound, in the forward's order: of the (block rows x block keys) tiles that hold a
+    visible entry, the share that hold an entry with bf16(P) >= threshold ("needed"), the share that the forward's
+    bound would flag ("flagged"), and how many needed tiles it would miss ("missed": 0 for a sound bound). A row
+    flags key block b when exp(rm_b) >= margin * threshold * min over its four threads of L_t(b), rm_b being the
+    block's row max of the scaled scores and L_t(b) the sum of exp(score) over thread t's columns (8 n + 2 t, + 1
+    of each 64-key block, the wgmma accumulator layout) in blocks 0..b; exp(rm_b) / L_t(b) bounds every P of the
+    block from above, since the row's total mass is at least L_t(b)."""
+    B, N, H, D = q.shape
+    qh = q.permute(0, 2, 1, 3)
+    kh = k.permute(0, 2, 1, 3).repeat_interleave(H // k.shape[2], dim=1)
+    Nk = kh.shape[2]
+    s = qh @ kh.transpose(-1, -2) / math.sqrt(D)
+    if causal:
+        keep = torch.ones(N, Nk, dtype=torch.bool).tril(Nk - N)
+        s = s.masked_fill(~keep, float("-inf"))
+    pad_q, pad_k = (-N) % block, (-Nk) % block
+    s = torch.nn.functional.pad(s, (0, pad_k, 0, pad_q), value=float("-inf"))
+    nq, nk = s.shape[-2] // block, s.shape[-1] // block
+    visible = torch.isfinite(s)
+    ref = s.amax(-1, keepdim=True).clamp(min=-1e30)  # any common reference cancels in the ratio
+    e = torch.exp(s - ref)  # (B, H, rows, keys); 0 where masked
+    p = (e / e.sum(-1, keepdim=True).clamp(min=1e-30)).to(torch.bfloat16).float()
+    tiles = lambda x: x.reshape(B, H, nq, block, nk, block)
+    vis_tile = tiles(visible).any(5).any(3)
+    need_tile = tiles(p >= threshold).any(5).any(3)
+    eb = e.reshape(B, H, nq * block, nk, block // 8, 4, 2)  # (..., key block, n, thread t, e)
+    l_t = eb.sum((4, 6)).cumsum(3)  # (B, H, rows, key blocks, thread): each thread's running mass
+    rm_s = s.reshape(B, H, nq * block, nk, block).amax(-1)
+    rm = torch.exp(rm_s - ref)
+    out = {}
+    # the thread's own mass (no reduction: the loosest, any thread flags) and the row's (a quad sum per block)
+    # ... and the row's final mass (exp(LSE), known once the row is done: the forward's epilogue)
+    l_final = l_t.sum(-1)[..., -1:].expand(-1, -1, -1, nk)
+    for name, l in (("", l_t.amin(-1)), ("_quad", l_t.sum(-1)), ("_final", l_final)):
+        flag_row = torch.isfinite(rm_s) & (rm >= margin * threshold * l)  # a row with no visible key: no flag
+        flag_tile = flag_row.reshape(B, H, nq, block, nk).any(3) & vis_tile
+        out["flagged" + name] = flag_tile.sum().item() / vis_tile.sum().item()
+        out["missed" + name] = int((need_tile & vis_tile & ~flag_tile).sum().item())
+    out["needed"] = (need_tile & vis_tile).sum().item() / vis_tile.sum().item()
+    return out
+
+
 def synthetic(N, D, q_scale=1.0, sink=False, H=2, seed=0):
     """The benchmark's inputs: Gaussian q, k; q_scale multiplies q; sink adds 4 to every q[..., 0] and sets key 0's
     first element to 24 (cuda_attention_bench.cc, --sink)."""
@@ -78,20 +124,25 @@ def main(argv):
     rows = []
     for path in args.state:
         q, k, causal = read_state(path)
-        rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})", row_entries(q, k, causal)))
+        rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})",
+                     {**row_entries(q, k, causal), **block_flags(q, k, causal)}))
     for label, kw in (("Gaussian", {}), ("Gaussian, q x 2", {"q_scale": 2.0}), ("Gaussian, q x 4", {"q_scale": 4.0}),
                       ("Gaussian, sink at key 0", {"sink": True})):
         for causal in (False, True):
             q, k = synthetic(args.n, args.d, **kw)
             rows.append((f"{label}, N = {args.n}, D = {args.d} ({'causal' if causal else 'full'})",
-                         row_entries(q, k, causal)))
+                         {**row_entries(q, k, causal), **block_flags(q, k, causal)}))
     lines = [f"<!-- python3 {' '.join(argv)}; torch {torch.__version__}, Python {platform.python_version()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC -->",
-             "| inputs | entries >= 1/16 per row | rows with one or more | mean max P | rows listing key 0 |",
-             "|---|---|---|---|---|"]
+             "| inputs | entries >= 1/16 per row | rows with one or more | mean max P | rows listing key 0 | "
+             "64 x 64 tiles with an entry | tiles flagged by the running mass: thread's / row's; by the final mass | "
+             "tiles with an entry not flagged |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r['entries_per_row']:.2f} | {100 * r['rows_with_entries']:.1f}% | "
-                     f"{r['mean_max_p']:.3f} | {100 * r['rows_listing_key0']:.1f}% |")
+                     f"{r['mean_max_p']:.3f} | {100 * r['rows_listing_key0']:.1f}% | {100 * r['needed']:.1f}% | "
+                     f"{100 * r['flagged']:.1f}% / {100 * r['flagged_quad']:.1f}%; {100 * r['flagged_final']:.1f}% | "
+                     f"{r['missed'] + r['missed_quad'] + r['missed_final']} |")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

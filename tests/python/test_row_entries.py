@@ -44,3 +44,32 @@ def test_reads_a_state_written_by_the_training_program(tmp_path):
     audit.write_state(str(path), {"q": q, "k": k, "v": k, "do": q}, {"causal": "true"})
     q2, k2, causal = rows.read_state(str(path))
     assert causal and torch.equal(q2, q.bfloat16().float()) and torch.equal(k2, k.bfloat16().float())
+
+
+def test_block_flags_on_known_rows():
+    rows = load("row_entries", ROOT / "bench" / "row_entries.py")
+    D, N = 16, 96  # two query blocks x two key blocks (the second of each 32 wide)
+    q, k = torch.zeros(1, N, 1, D), torch.zeros(1, N, 1, D)
+    flat = rows.block_flags(q, k, causal=False)  # P = 1/96 everywhere: no tile needs the test
+    assert flat["needed"] == 0 and flat["missed"] == 0 and flat["missed_quad"] == 0
+    # the row's mass after block 0 is 64 (exp(0) / 64 = 1/64 < 1/32), after block 1 96; one thread's is only 16,
+    # then 24 (1/16, 1/24 >= 1/32)
+    assert flat["flagged_quad"] == 0 and flat["flagged_final"] == 0 and flat["flagged"] == 1
+    k[0, 0, 0, 0] = 20.0  # key 0 takes every row's mass: only the tiles of key block 0 hold an entry
+    q[..., 0] = 1.0
+    sink = rows.block_flags(q, k, causal=False)
+    assert sink["needed"] == 0.5 and sink["flagged_quad"] == 0.5 and sink["flagged_final"] == 0.5
+    assert sink["missed"] == 0 and sink["missed_quad"] == 0 and sink["missed_final"] == 0
+    assert sink["flagged"] == 1  # the threads without key 0 have almost no mass of their own
+
+
+def test_block_flags_never_miss_a_tile_with_an_entry():
+    rows = load("row_entries", ROOT / "bench" / "row_entries.py")
+    g = torch.Generator().manual_seed(3)
+    for scale in (0.5, 2.0, 6.0):
+        for causal in (False, True):
+            q = (torch.randn(1, 200, 2, 32, generator=g) * scale).bfloat16().float()
+            k = torch.randn(1, 200, 1, 32, generator=g).bfloat16().float()
+            r = rows.block_flags(q, k, causal)
+            assert r["missed"] == 0 and r["missed_quad"] == 0 and r["missed_final"] == 0, (scale, causal, r)
+            assert r["needed"] <= r["flagged_final"] <= r["flagged_quad"] <= r["flagged"] <= 1

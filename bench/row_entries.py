@@ -5,8 +5,7 @@ an attention sink, `--sink`, built the same way as there). The per-entry work of
 lists) scales with this count, so it says which benchmark inputs look like trained attention
 (docs/perf-notes.md). It also says, per 64 x 64 tile, how often an entry exists and how often the forward's bound
 of docs/design-block-flags.md would flag the tile, with the running or the final row mass (a tile with an entry
-must always be flagged). CPU only
-(torch); prints a Markdown table and writes it with --out."""
+must always be flagged). CPU only (torch); prints a Markdown table and writes it with --out."""
 import argparse
 import datetime
 import json
@@ -39,18 +38,24 @@ def read_state(path):
     return out["q"], out["k"], causal
 
 
-def row_entries(q, k, causal, threshold=1.0 / 16):
-    """Mean count per row of softmax entries with bf16(P) >= threshold, the share of rows with one or more, the
-    mean row max of P, and the share of rows whose threshold entries include key 0 (a sink)."""
+def scores(q, k, causal):
+    """The scaled scores (B, H, Nq, Nk) of q (B, Nq, H, D) against k (B, Nk, Hkv, D), -inf where causal masking
+    hides a key (bottom-right aligned, as everywhere in gproj)."""
     B, N, H, D = q.shape
     qh = q.permute(0, 2, 1, 3)
     kh = k.permute(0, 2, 1, 3).repeat_interleave(H // k.shape[2], dim=1)
     s = qh @ kh.transpose(-1, -2) / math.sqrt(D)
-    if causal:  # bottom-right aligned, as everywhere in gproj
+    if causal:
         Nk = kh.shape[2]
         keep = torch.ones(N, Nk, dtype=torch.bool).tril(Nk - N)
         s = s.masked_fill(~keep, float("-inf"))
-    p = s.softmax(-1).to(torch.bfloat16).float()
+    return s
+
+
+def row_entries(q, k, causal, threshold=1.0 / 16):
+    """Mean count per row of softmax entries with bf16(P) >= threshold, the share of rows with one or more, the
+    mean row max of P, and the share of rows whose threshold entries include key 0 (a sink)."""
+    p = scores(q, k, causal).softmax(-1).to(torch.bfloat16).float()
     listed = p >= threshold
     count = listed.sum(-1).float()
     return {"entries_per_row": count.mean().item(), "rows_with_entries": (count > 0).float().mean().item(),
@@ -58,21 +63,16 @@ def row_entries(q, k, causal, threshold=1.0 / 16):
 
 
 def block_flags(q, k, causal, threshold=1.0 / 16, block=64, margin=0.5):
-    """docs/design-block-flags.md's bound, in the forward's order: of the (block rows x block keys) tiles that hold a
-    visible entry, the share that hold an entry with bf16(P) >= threshold ("needed"), the share that the forward's
-    bound would flag ("flagged"), and how many needed tiles it would miss ("missed": 0 for a sound bound). A row
-    flags key block b when exp(rm_b) >= margin * threshold * min over its four threads of L_t(b), rm_b being the
-    block's row max of the scaled scores and L_t(b) the sum of exp(score) over thread t's columns (8 n + 2 t, + 1
-    of each 64-key block, the wgmma accumulator layout) in blocks 0..b; exp(rm_b) / L_t(b) bounds every P of the
-    block from above, since the row's total mass is at least L_t(b)."""
-    B, N, H, D = q.shape
-    qh = q.permute(0, 2, 1, 3)
-    kh = k.permute(0, 2, 1, 3).repeat_interleave(H // k.shape[2], dim=1)
-    Nk = kh.shape[2]
-    s = qh @ kh.transpose(-1, -2) / math.sqrt(D)
-    if causal:
-        keep = torch.ones(N, Nk, dtype=torch.bool).tril(Nk - N)
-        s = s.masked_fill(~keep, float("-inf"))
+    """docs/design-block-flags.md's bounds, in the forward's order: of the (block rows x block keys) tiles that hold
+    a visible entry, the share that hold an entry with bf16(P) >= threshold ("needed"), the share that each bound
+    would flag ("flagged", "flagged_quad", "flagged_final") and how many needed tiles it would miss ("missed...": 0
+    for a sound bound). A row flags key block b when exp(rm_b) >= margin * threshold * L, rm_b being the block's
+    row max of the scaled scores and L a lower bound of the row's total mass: the smallest of its four threads'
+    running sums of exp(score) over blocks 0..b (thread t holds columns 8 n + 2 t, + 1 of each 64-key block, the
+    wgmma accumulator layout), the row's running sum (the quad's), or the row's final sum (exp(LSE))."""
+    s = scores(q, k, causal)
+    N, Nk = s.shape[-2], s.shape[-1]
+    B, H = s.shape[0], s.shape[1]
     pad_q, pad_k = (-N) % block, (-Nk) % block
     s = torch.nn.functional.pad(s, (0, pad_k, 0, pad_q), value=float("-inf"))
     nq, nk = s.shape[-2] // block, s.shape[-1] // block
@@ -88,8 +88,8 @@ def block_flags(q, k, causal, threshold=1.0 / 16, block=64, margin=0.5):
     rm_s = s.reshape(B, H, nq * block, nk, block).amax(-1)
     rm = torch.exp(rm_s - ref)
     out = {}
-    # the thread's own mass (no reduction: the loosest, any thread flags) and the row's (a quad sum per block)
-    # ... and the row's final mass (exp(LSE), known once the row is done: the forward's epilogue)
+    # the thread's own mass (no reduction: the loosest, any thread flags), the row's (a quad sum per block) and
+    # the row's final mass (exp(LSE), known once the row is done: the forward's epilogue)
     l_final = l_t.sum(-1)[..., -1:].expand(-1, -1, -1, nk)
     for name, l in (("", l_t.amin(-1)), ("_quad", l_t.sum(-1)), ("_final", l_final)):
         flag_row = torch.isfinite(rm_s) & (rm >= margin * threshold * l)  # a row with no visible key: no flag

@@ -124,38 +124,41 @@ __device__ __forceinline__ uint32_t large_entry_mask(const uint32_t (&pf)[4][4],
 }
 __device__ __forceinline__ int large_entry_query(int c, int tq) { return (c >> 2) * 8 + 2 * tq + ((c >> 1) & 1); }
 
-// thresh-lowrank, the rare rest of a thread's entries (more than the two whose list slots it claimed early, in
-// the kernel's loop): appends the candidates of `mask` (large_entry_mask's numbering) to their rows' lists,
-// bf16(P) read back from the warpgroup's tile sPw[query][key] (keys kl_a, kl_a + 8 of the block). Out of line,
-// scalars only; up to four candidates take their slots with atomics issued back to back.
-__device__ __noinline__ void append_large_entries_wg(ListRef list, const bf16_t* sPw, int64_t bh, int i0, int kl_a,
-                                                     int key_a, int tq, uint32_t mask) {
-  const auto p_of = [&](int c) {
-    return __bfloat162float(sPw[sw128_offset(large_entry_query(c, tq), kl_a + 8 * (c & 1), kWgBwdRows)]);
-  };
-  while (mask != 0) {
-    int cand[4], slot[4];
+// thresh-lowrank, the rare rest of the warp's entries (past the two per thread whose list slots were claimed early,
+// in the kernel's loop): appends the candidates of every lane's `mask` (large_entry_mask's numbering) to their rows'
+// lists, bf16(P) read back from the warpgroup's tile sPw[query][key]. The whole warp calls it (v3.22): the entries
+// are spread over the lanes, 32 at a time, so that their slots' atomics go out together. (Before, each thread
+// appended its own, four atomics at a time: with a sink key, four lanes of one warp hold all 64 rows' entries of
+// a block, and their rounds of atomics held up both warpgroups at the next barrier, block after block.) Lane l
+// holds keys kl0 + l / 4 (+ 8) of the block (key0 + ... in the head) and queries large_entry_query(c, l % 4).
+// Out of line, scalars only.
+__device__ __noinline__ void append_large_entries_warp(ListRef list, const bf16_t* sPw, int64_t bh, int i0, int kl0,
+                                                       int key0, uint32_t mask) {
+  const int lane = threadIdx.x & 31, cnt = __popc(mask);
+  int incl = cnt;  // inclusive scan of the lanes' counts
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      cand[u] = -1;
-      if (mask != 0) {
-        cand[u] = __ffs(mask) - 1;
-        mask &= mask - 1;
-      }
-    }
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  for (int base = 0; base < total; base += 32) {
+    const int k = base + lane;  // this lane's entry: the (k - excl(s))-th of lane s, s the first lane with incl > k
+    int s = 0;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      slot[u] = list.cap;
-      if (cand[u] >= 0 && i0 + large_entry_query(cand[u], tq) < list.nq)
-        slot[u] = atomicAdd(&list.count[bh * list.nq + i0 + large_entry_query(cand[u], tq)], 1);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      if (cand[u] >= 0 && slot[u] < list.cap) {
-        const int64_t at = (bh * list.nq + i0 + large_entry_query(cand[u], tq)) * list.cap + slot[u];
-        list.j[at] = key_a + 8 * (cand[u] & 1);
-        list.p[at] = p_of(cand[u]);
-      }
+    for (int step = 16; step >= 1; step >>= 1)
+      if (__shfl_sync(0xffffffffu, incl, s + step - 1) <= k) s += step;
+    const uint32_t ms = __shfl_sync(0xffffffffu, mask, s);
+    const int excl = __shfl_sync(0xffffffffu, incl - cnt, s);
+    if (k >= total) continue;
+    const int c = static_cast<int>(__fns(ms, 0, k - excl + 1));
+    const int ql = large_entry_query(c, s & 3), kl = kl0 + (s >> 2) + 8 * (c & 1);
+    if (i0 + ql >= list.nq) continue;
+    const int64_t row = bh * list.nq + i0 + ql;
+    const int slot = atomicAdd(&list.count[row], 1);
+    if (slot < list.cap) {
+      list.j[row * list.cap + slot] = key0 + kl - kl0;
+      list.p[row * list.cap + slot] = __bfloat162float(sPw[sw128_offset(ql, kl, kWgBwdRows)]);
     }
   }
 }
@@ -601,9 +604,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       fence_regs(ecomp);
     }
     if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
-    if (kThresh && more != 0) {  // sP is complete (the barrier above)
-      append_large_entries_wg({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP + wg * BQ * 64, bh,
-                              i0, w4 * 16 + g, key_a, tq, more);
+    if (kThresh && __any_sync(0xffffffffu, more != 0)) {  // sP is complete (the barrier above)
+      append_large_entries_warp({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP + wg * BQ * 64,
+                                bh, i0, w4 * 16, key_a - g, more);
     }
 
     // dQ (64 queries x D) += bf16(dS) K over this warpgroup's 64 keys, one 64-column block of D at a time:

@@ -100,6 +100,39 @@ def block_flags(q, k, causal, threshold=1.0 / 16, block=64, margin=0.5):
     return out
 
 
+def warp_entries(q, k, causal, threshold=1.0 / 16, claims=2):
+    """The list appends of the v3 backward kernels, per warp and 64 x 64 tile (a warp holds 16 keys x 64 queries;
+    its thread (g, t) keys 16 w + g, + 8 and queries 8 n + 2 t, + 1, the layout of flash_bwd_wg.cuh): of the warp
+    tiles that see a visible key, the share with an entry ("warps_with_entries"), the share whose threads hold more
+    entries than the `claims` each claims early ("warps_with_rest"), that rest's mean where there is one and its
+    max, and the rounds of atomics the rest takes where there is one: the slowest thread's rounds of four when each
+    thread appends its own (v3.4-v3.21, "rounds_lane") and rounds of 32 when the warp shares them out (v3.22,
+    "rounds_warp")."""
+    s = scores(q, k, causal)
+    B, H, N, Nk = s.shape
+    s = torch.nn.functional.pad(s, (0, (-Nk) % 64, 0, (-N) % 64), value=float("-inf"))
+    nq, nk = s.shape[-2] // 64, s.shape[-1] // 64
+    ref = s.amax(-1, keepdim=True).clamp(min=-1e30)
+    e = torch.exp(s - ref)
+    p = (e / e.sum(-1, keepdim=True).clamp(min=1e-30)).to(torch.bfloat16).float()
+    # (B, H, query block, n, t, e, key block, w, half, g): query 64 qb + 8 n + 2 t + e, key 64 kb + 16 w + 8 half + g
+    listed = (p >= threshold).reshape(B, H, nq, 8, 4, 2, nk, 4, 2, 8)
+    per_thread = listed.sum((3, 5, 8))  # (B, H, qb, t, kb, w, g)
+    rest = (per_thread - claims).clamp(min=0)
+    warp_rest = rest.sum((3, 6))  # (B, H, qb, kb, w)
+    rounds_lane = ((rest + 3) // 4).amax(6).amax(3)
+    rounds_warp = (warp_rest + 31) // 32
+    visible = torch.isfinite(s).reshape(B, H, nq, 64, nk, 4, 16).any(6).any(3)  # (B, H, qb, kb, w)
+    has = (per_thread.sum((3, 6)) > 0) & visible
+    more = (warp_rest > 0) & visible
+    n_vis, n_more = visible.sum().item(), more.sum().item()
+    return {"warps_with_entries": has.sum().item() / n_vis, "warps_with_rest": n_more / n_vis,
+            "rest_mean": warp_rest[more].float().mean().item() if n_more else 0.0,
+            "rest_max": int(warp_rest[visible].max().item()) if n_vis else 0,
+            "rounds_lane": rounds_lane[more].float().mean().item() if n_more else 0.0,
+            "rounds_warp": rounds_warp[more].float().mean().item() if n_more else 0.0}
+
+
 def synthetic(N, D, q_scale=1.0, sink=False, H=2, seed=0):
     """The benchmark's inputs: Gaussian q, k; q_scale multiplies q; sink adds 4 to every q[..., 0] and sets key 0's
     first element to 24 (cuda_attention_bench.cc, --sink)."""
@@ -125,13 +158,13 @@ def main(argv):
     for path in args.state:
         q, k, causal = read_state(path)
         rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})",
-                     {**row_entries(q, k, causal), **block_flags(q, k, causal)}))
+                     {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal)}))
     for label, kw in (("Gaussian", {}), ("Gaussian, q x 2", {"q_scale": 2.0}), ("Gaussian, q x 4", {"q_scale": 4.0}),
                       ("Gaussian, sink at key 0", {"sink": True})):
         for causal in (False, True):
             q, k = synthetic(args.n, args.d, **kw)
             rows.append((f"{label}, N = {args.n}, D = {args.d} ({'causal' if causal else 'full'})",
-                         {**row_entries(q, k, causal), **block_flags(q, k, causal)}))
+                         {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal)}))
     lines = [f"<!-- python3 {' '.join(argv)}; torch {torch.__version__}, Python {platform.python_version()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC -->",
              "| inputs | entries >= 1/16 per row | rows with one or more | mean max P | rows listing key 0 | "
@@ -143,6 +176,13 @@ def main(argv):
                      f"{r['mean_max_p']:.3f} | {100 * r['rows_listing_key0']:.1f}% | {100 * r['needed']:.1f}% | "
                      f"{100 * r['flagged']:.1f}% / {100 * r['flagged_quad']:.1f}%; {100 * r['flagged_final']:.1f}% | "
                      f"{r['missed'] + r['missed_quad'] + r['missed_final']} |")
+    lines += ["", "The backward's list appends per warp and 64 x 64 tile (warp_entries):", "",
+              "| inputs | warp tiles with an entry | with entries past each thread's two early claims | that rest: "
+              "mean / max | its rounds of atomics: per thread, four at a time (v3.4-v3.21) / per warp, 32 (v3.22) |",
+              "|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {100 * r['warps_with_entries']:.1f}% | {100 * r['warps_with_rest']:.1f}% | "
+                     f"{r['rest_mean']:.1f} / {r['rest_max']} | {r['rounds_lane']:.2f} / {r['rounds_warp']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

@@ -73,3 +73,28 @@ def test_block_flags_never_miss_a_tile_with_an_entry():
             r = rows.block_flags(q, k, causal)
             assert r["missed"] == 0 and r["missed_quad"] == 0 and r["missed_final"] == 0, (scale, causal, r)
             assert r["needed"] <= r["flagged_final"] <= r["flagged_quad"] <= r["flagged"] <= 1
+
+
+def test_warp_entries_on_a_sink():
+    rows = load("row_entries", ROOT / "bench" / "row_entries.py")
+    D, N = 16, 128  # two query blocks x two key blocks: 8 warp tiles
+    q, k = torch.zeros(1, N, 1, D), torch.zeros(1, N, 1, D)
+    flat = rows.warp_entries(q, k, causal=False)  # P = 1/128: nothing listed
+    assert flat["warps_with_entries"] == 0 and flat["warps_with_rest"] == 0 and flat["rest_max"] == 0
+    k[0, 0, 0, 0] = 20.0  # key 0 takes every row's mass: warp 0 of key block 0, its lanes g = 0 (four of them)
+    q[..., 0] = 1.0
+    sink = rows.warp_entries(q, k, causal=False)
+    # per query block: 64 entries in four lanes (16 each), 14 past the two claims each
+    assert sink["warps_with_entries"] == 2 / 16 and sink["warps_with_rest"] == 2 / 16
+    assert sink["rest_mean"] == 56 and sink["rest_max"] == 56
+    assert sink["rounds_lane"] == 4 and sink["rounds_warp"] == 2
+    # causal, one tile: row i lists keys 0..i while 1/(i + 1) >= 1/16 (rows 0..15), all in warp 0 (keys 0..15);
+    # thread (g, t): keys g, g + 8 and queries 8 n + 2 t + e, counted here entry by entry
+    causal = rows.warp_entries(torch.zeros(1, 64, 1, D), torch.zeros(1, 64, 1, D), causal=True)
+    rest = 0
+    for g in range(8):
+        for t in range(4):
+            mine = sum(1 for j in (g, g + 8) for n in range(8) for e in range(2) if j <= 8 * n + 2 * t + e <= 15)
+            rest += max(0, mine - 2)
+    assert causal["warps_with_entries"] == 1 / 4 and causal["rest_max"] == rest and causal["rest_mean"] == rest
+    assert causal["warps_with_rest"] == (1 / 4 if rest else 0)

@@ -524,8 +524,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     // kThresh (v3.4): a thread with an entry of bf16(P) >= thresh (a few per block on trained attention, none on
     // diffuse rows) claims the list slots of its first two now, so that the atomics' round trips overlap the dK,
-    // dV and dQ products below; it writes those entries after the dQ product, and the rare rest (`more`) goes out
-    // of line after the barrier.
+    // dV (and dQ) products below; it writes those entries after them, and the rare rest (`more`) goes out of line
+    // after the barrier.
     uint32_t more = 0;
     int claim_c[2] = {-1, -1}, claim_slot[2] = {0, 0};
     if (kThresh && !(kAblate & 8) && pmax >= p.thresh_unrounded) {
@@ -604,6 +604,29 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       fence_regs(ecomp);
     }
     if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
+    // The entries whose slots were claimed after the element-wise step, written once the products that hide the
+    // claims' round trips are done (sP holds their bf16(P) from the barrier above to the next block's): in the
+    // default form here, after the dK, dV products (v3.22e: backward −3% to −4% on Gaussian and sink rows, q x 4
+    // unchanged), with the forward's statistics after the dQ product (v3.4-v3.22; here it measured +3.7% on
+    // q x 4 rows). The slots are compared with the capacity through a value the product has just produced (the
+    // min is the capacity itself): ptxas otherwise hoisted the compare of the atomics' results above the
+    // products and waited for their round trip there (2% of the v3.4 kernel's stall samples). The two places
+    // repeat the same lines: as a shared lambda they changed the dK compensation kernel's SASS (registers
+    // renamed), and as written each instance is instruction for instruction one that session 20 tested.
+    if constexpr (kThresh && !kFwdStats) {
+      const int cap = static_cast<int>(min(static_cast<uint32_t>(p.list_cap), __float_as_uint(dv[0][0]) | 0x40000000u));
+      const bf16_t* sPw = sP + wg * BQ * 64;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int c = claim_c[u];
+        if (c >= 0 && claim_slot[u] < cap) {
+          const int ql = large_entry_query(c, tq);
+          const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
+          p.list_j[at] = key_a + 8 * (c & 1);
+          p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
+        }
+      }
+    }
     if (kThresh && __any_sync(0xffffffffu, more != 0)) {  // sP is complete (the barrier above)
       append_large_entries_warp({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP + wg * BQ * 64,
                                 bh, i0, w4 * 16, key_a - g, more);
@@ -679,21 +702,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           if (row_a < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_a) * kLowRank + kStatR, dqa[32]);
           if (row_b < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_b) * kLowRank + kStatR, dqa[34]);
         }
-        // The entries whose slots were claimed after the element-wise step, written now (sP holds their bf16(P)
-        // until the next block's barrier). The slots are compared with the capacity through a value the dQ
-        // product has just produced (the min is the capacity itself): ptxas otherwise hoisted the compare of the
-        // atomics' results above the dK, dV products and waited for their round trip there (2% of the v3.4
-        // kernel's stall samples under ncu).
-        const int cap = static_cast<int>(min(static_cast<uint32_t>(p.list_cap), __float_as_uint(dqa[0]) | 0x40000000u));
-        const bf16_t* sPw = sP + wg * BQ * 64;
+        if constexpr (kFwdStats) {  // the claimed entries (see after the dK, dV products)
+          const uint32_t ready = __float_as_uint(dqa[0]) | 0x40000000u;
+          const int cap = static_cast<int>(min(static_cast<uint32_t>(p.list_cap), ready));
+          const bf16_t* sPw = sP + wg * BQ * 64;
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int c = claim_c[u];
-          if (c >= 0 && claim_slot[u] < cap) {
-            const int ql = large_entry_query(c, tq);
-            const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
-            p.list_j[at] = key_a + 8 * (c & 1);
-            p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
+          for (int u = 0; u < 2; ++u) {
+            const int c = claim_c[u];
+            if (c >= 0 && claim_slot[u] < cap) {
+              const int ql = large_entry_query(c, tq);
+              const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
+              p.list_j[at] = key_a + 8 * (c & 1);
+              p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
+            }
           }
         }
       }

@@ -81,3 +81,13 @@ input_args() {
     *) echo "unknown input kind $1 (gaussian, q4 or sink)" >&2; return 2 ;;
   esac
 }
+
+# ab_summary FILE...: device_bench_ab.sh's rows (ab.txt) as one line per variant, D, causal, input kind and build,
+# the forward's and then the backward's ms of every round in round order, the lines sorted: the summary the run
+# scripts print last (bench/results/session*/runN.sh wrote it out as an awk pipeline each time, rounds in the
+# order of their forward times).
+ab_summary() {
+  grep -hE '^(baseline|gproj|base-|fwdfix)' "$@" | awk '{print $1, $2, $3, $4, $9, $5, $6, $10, $11}' | sort -s -k8,8 |
+    awk '{k=$1" "$3" "$4" "$5" "$9; f[k]=f[k]" "$6; s[k]=s[k]" "$7} END{for(k in s) print k, "fwd", f[k], "bwd", s[k]}' |
+    sort
+}

@@ -241,3 +241,19 @@ def test_candidate_tests_run_every_check_and_report_a_failure(tmp_path):
         "== gproj check --stats-from forward --device all"]
     assert "rc=9" in summary[2] and "1 hazard" in summary[2]
     assert "rc=0" in summary[0] and "rc=0" in summary[1] and "rc=0" in summary[5]
+
+
+def test_ab_summary_lines_up_the_rounds(tmp_path):
+    rows = tmp_path / "ab.txt"
+    rows.write_text(
+        "# NVIDIA H200; builds: aaa bbb\n"
+        "gproj       4096  128     no     1.370     3.392     401.2     405.1  gaussian  r2  bbb\n"
+        "gproj       4096  128     no     1.373     3.374     400.3     407.3  gaussian  r1  bbb\n"
+        "gproj       4096  128     no     1.366     3.510     402.3     391.5  gaussian  r1  aaa\n"
+        "baseline    4096  128    yes     0.693     1.713     396.6     401.3  gaussian  r1  aaa\n")
+    script = f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; ab_summary {rows}"
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["baseline 128 yes gaussian aaa fwd  0.693 bwd  1.713",
+                                     "gproj 128 no gaussian aaa fwd  1.366 bwd  3.510",
+                                     "gproj 128 no gaussian bbb fwd  1.373 1.370 bwd  3.374 3.392"]

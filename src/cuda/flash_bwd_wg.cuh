@@ -163,11 +163,33 @@ __device__ __noinline__ void append_large_entries_warp(ListRef list, const bf16_
   }
 }
 
+// thresh-lowrank: the thread's (up to) two entries whose list slots it claimed after the element-wise step
+// (claim_c: large_entry_mask's numbering, -1 for none; claim_slot: the atomics' results), bf16(P) read back from
+// the warpgroup's tile sPw[query][key] (keys kl_a, kl_a + 8 of the block). The slots are compared with the
+// capacity through `ready`, a value of the product just waited for (the min is the capacity itself): ptxas
+// otherwise hoisted the compare of the atomics' results above the products and waited for their round trip there
+// (2% of the v3.4 kernel's stall samples).
+__device__ __forceinline__ void write_claimed_entries(const KernelParams& p, const int (&claim_c)[2],
+                                                      const int (&claim_slot)[2], float ready, const bf16_t* sPw,
+                                                      int64_t bh, int i0, int tq, int key_a, int kl_a) {
+  const int cap = static_cast<int>(min(static_cast<uint32_t>(p.list_cap), __float_as_uint(ready) | 0x40000000u));
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int c = claim_c[u];
+    if (c >= 0 && claim_slot[u] < cap) {
+      const int ql = large_entry_query(c, tq);
+      const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
+      p.list_j[at] = key_a + 8 * (c & 1);
+      p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, kl_a + 8 * (c & 1), kWgBwdRows)]);
+    }
+  }
+}
+
 // Bench-only ablation (CMake -DGPROJ_ABLATE=N, `ABLATE=N scripts/pack_bench.sh REV`): each bit removes one part
 // of thresh-lowrank's work from this kernel so that a bench can time it; the gradients are then wrong, and the
 // bench says so. 1: the statistics product (the record is zero), 2: bf16(P) into shared memory, 4: the record
-// atomics, 8: the large-entry test and the list appends; 16 and 32 are the forward's (flash_fwd_wg.cuh). 0 (every normal
-// build) changes nothing.
+// atomics, 8: the large-entry test and the list appends; 16 and 32 are the forward's (flash_fwd_wg.cuh). 0 (every
+// normal build) changes nothing.
 #ifndef GPROJ_ABLATE
 #define GPROJ_ABLATE 0
 #endif
@@ -218,7 +240,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sP = sdS + (kSplit ? 2 : 1) * BQ * BK;         // kThresh: [2 key halves][BQ][64] bf16(P), as sdS
   bf16_t* sUp = sP + (kThresh ? BQ * BK : 0);            // kThresh: [2][16][64] ((K U)^T rows 0-5; ones; zeros)
   bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row kStatR; zeros)
-  bf16_t* sQU = sUp + (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0);  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
+  // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
+  bf16_t* sQU = sUp + (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0);
   bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
   bf16_t* sOnes = sUT + (kThresh && !kFwdStats ? D * kWgStatCols : 0);  // kFwdStats: [kWgOnesElems] ones
   float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.15: [8 warps][16][64]
@@ -608,25 +631,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     // claims' round trips are done (sP holds their bf16(P) from the barrier above to the next block's): in the
     // default form here, after the dK, dV products (v3.22e: backward −3% to −4% on Gaussian and sink rows, q x 4
     // unchanged), with the forward's statistics after the dQ product (v3.4-v3.22; here it measured +3.7% on
-    // q x 4 rows). The slots are compared with the capacity through a value the product has just produced (the
-    // min is the capacity itself): ptxas otherwise hoisted the compare of the atomics' results above the
-    // products and waited for their round trip there (2% of the v3.4 kernel's stall samples). The two places
-    // repeat the same lines: as a shared lambda they changed the dK compensation kernel's SASS (registers
-    // renamed), and as written each instance is instruction for instruction one that session 20 tested.
-    if constexpr (kThresh && !kFwdStats) {
-      const int cap = static_cast<int>(min(static_cast<uint32_t>(p.list_cap), __float_as_uint(dv[0][0]) | 0x40000000u));
-      const bf16_t* sPw = sP + wg * BQ * 64;
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int c = claim_c[u];
-        if (c >= 0 && claim_slot[u] < cap) {
-          const int ql = large_entry_query(c, tq);
-          const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
-          p.list_j[at] = key_a + 8 * (c & 1);
-          p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
-        }
-      }
-    }
+    // q x 4 rows).
+    if constexpr (kThresh && !kFwdStats)
+      write_claimed_entries(p, claim_c, claim_slot, dv[0][0], sP + wg * BQ * 64, bh, i0, tq, key_a, w4 * 16 + g);
     if (kThresh && __any_sync(0xffffffffu, more != 0)) {  // sP is complete (the barrier above)
       append_large_entries_warp({p.list_count, p.list_j, p.list_p, p.list_cap, p.Nq, p.thresh}, sP + wg * BQ * 64,
                                 bh, i0, w4 * 16, key_a - g, more);
@@ -702,21 +709,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           if (row_a < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_a) * kLowRank + kStatR, dqa[32]);
           if (row_b < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_b) * kLowRank + kStatR, dqa[34]);
         }
-        if constexpr (kFwdStats) {  // the claimed entries (see after the dK, dV products)
-          const uint32_t ready = __float_as_uint(dqa[0]) | 0x40000000u;
-          const int cap = static_cast<int>(min(static_cast<uint32_t>(p.list_cap), ready));
-          const bf16_t* sPw = sP + wg * BQ * 64;
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int c = claim_c[u];
-            if (c >= 0 && claim_slot[u] < cap) {
-              const int ql = large_entry_query(c, tq);
-              const int64_t at = (bh * p.Nq + i0 + ql) * p.list_cap + claim_slot[u];
-              p.list_j[at] = key_a + 8 * (c & 1);
-              p.list_p[at] = __bfloat162float(sPw[sw128_offset(ql, w4 * 16 + g + 8 * (c & 1), kWgBwdRows)]);
-            }
-          }
-        }
+        if constexpr (kFwdStats)  // the claimed entries (see after the dK, dV products)
+          write_claimed_entries(p, claim_c, claim_slot, dqa[0], sP + wg * BQ * 64, bh, i0, tq, key_a, w4 * 16 + g);
       }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {

@@ -62,6 +62,19 @@ def row_entries(q, k, causal, threshold=1.0 / 16):
             "mean_max_p": p.max(-1).values.mean().item(), "rows_listing_key0": listed[..., 0].float().mean().item()}
 
 
+def tiled_probs(q, k, causal, block=64):
+    """The scaled scores padded with -inf to whole block x block tiles, and the softmax of every row in the kernels'
+    form: ref (the row max, or -1e30 for a row with no visible key), e = exp(s - ref) (0 where masked) and bf16(P)
+    as FP32 (0 in a row with no visible key)."""
+    s = scores(q, k, causal)
+    N, Nk = s.shape[-2], s.shape[-1]
+    s = torch.nn.functional.pad(s, (0, (-Nk) % block, 0, (-N) % block), value=float("-inf"))
+    ref = s.amax(-1, keepdim=True).clamp(min=-1e30)  # any common reference cancels in the ratio
+    e = torch.exp(s - ref)
+    p = (e / e.sum(-1, keepdim=True).clamp(min=1e-30)).to(torch.bfloat16).float()
+    return s, ref, e, p
+
+
 def block_flags(q, k, causal, threshold=1.0 / 16, block=64, margin=0.5):
     """docs/design-block-flags.md's bounds, in the forward's order: of the (block rows x block keys) tiles that hold
     a visible entry, the share that hold an entry with bf16(P) >= threshold ("needed"), the share that each bound
@@ -70,16 +83,10 @@ def block_flags(q, k, causal, threshold=1.0 / 16, block=64, margin=0.5):
     row max of the scaled scores and L a lower bound of the row's total mass: the smallest of its four threads'
     running sums of exp(score) over blocks 0..b (thread t holds columns 8 n + 2 t, + 1 of each 64-key block, the
     wgmma accumulator layout), the row's running sum (the quad's), or the row's final sum (exp(LSE))."""
-    s = scores(q, k, causal)
-    N, Nk = s.shape[-2], s.shape[-1]
+    s, ref, e, p = tiled_probs(q, k, causal, block)  # (B, H, rows, keys), padded to whole tiles
     B, H = s.shape[0], s.shape[1]
-    pad_q, pad_k = (-N) % block, (-Nk) % block
-    s = torch.nn.functional.pad(s, (0, pad_k, 0, pad_q), value=float("-inf"))
     nq, nk = s.shape[-2] // block, s.shape[-1] // block
     visible = torch.isfinite(s)
-    ref = s.amax(-1, keepdim=True).clamp(min=-1e30)  # any common reference cancels in the ratio
-    e = torch.exp(s - ref)  # (B, H, rows, keys); 0 where masked
-    p = (e / e.sum(-1, keepdim=True).clamp(min=1e-30)).to(torch.bfloat16).float()
     tiles = lambda x: x.reshape(B, H, nq, block, nk, block)
     vis_tile = tiles(visible).any(5).any(3)
     need_tile = tiles(p >= threshold).any(5).any(3)
@@ -108,13 +115,9 @@ def warp_entries(q, k, causal, threshold=1.0 / 16, claims=2):
     max, and the rounds of atomics the rest takes where there is one: the slowest thread's rounds of four when each
     thread appends its own (v3.4-v3.21, "rounds_lane") and rounds of 32 when the warp shares them out (v3.22,
     "rounds_warp")."""
-    s = scores(q, k, causal)
-    B, H, N, Nk = s.shape
-    s = torch.nn.functional.pad(s, (0, (-Nk) % 64, 0, (-N) % 64), value=float("-inf"))
+    s, _, _, p = tiled_probs(q, k, causal, 64)
+    B, H = s.shape[0], s.shape[1]
     nq, nk = s.shape[-2] // 64, s.shape[-1] // 64
-    ref = s.amax(-1, keepdim=True).clamp(min=-1e30)
-    e = torch.exp(s - ref)
-    p = (e / e.sum(-1, keepdim=True).clamp(min=1e-30)).to(torch.bfloat16).float()
     # (B, H, query block, n, t, e, key block, w, half, g): query 64 qb + 8 n + 2 t + e, key 64 kb + 16 w + 8 half + g
     listed = (p >= threshold).reshape(B, H, nq, 8, 4, 2, nk, 4, 2, 8)
     per_thread = listed.sum((3, 5, 8))  # (B, H, qb, t, kb, w, g)

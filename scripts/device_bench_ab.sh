@@ -12,7 +12,9 @@
 #            memory, L2 and atomic throughput and the stall reasons, side by side (bench/ncu_limits.py)
 #   ROUNDS=0 skips the bench rows (ncu only)
 # Output: $OUT/ab.txt (rows tagged with inputs, round and commit), with NCU=1 $OUT/ab_ncu.txt, with NCU_LIMITS=1
-# $OUT/ab_limits.txt and the reports in $OUT/limits/.
+# $OUT/ab_limits.txt and the reports in $OUT/limits/. A build that gives no rows (a shape or variant it does not
+# run, a crash) is named on stderr with the last lines of its bench's stderr; a failed ncu run's last lines of
+# stderr follow its header in ab_ncu.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out="${OUT:-/tmp/gproj-out}"
@@ -45,8 +47,15 @@ for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
       for i in "${!bins[@]}"; do
         for v in ${ONLY:-baseline gproj}; do
           # shellcheck disable=SC2086
-          timeout 60 "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 5 | grep -vE '^(variant|#)' |
-            sed "s/\$/  $kind  r$round  ${commits[$i]}/"
+          rows=$(timeout 60 "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 5 2>"$out/bench.err")
+          rc=$?
+          rows=$(grep -vE '^(variant|#)' <<<"$rows")
+          if [ -n "$rows" ]; then
+            sed "s/\$/  $kind  r$round  ${commits[$i]}/" <<<"$rows"
+          else  # (a shape or variant the build does not know: say so, with the bench's own words)
+            echo "device_bench_ab: no rows from ${commits[$i]} for $v $shape $kind (rc=$rc): $(tail -2 "$out/bench.err" |
+              tr '\n' ' ')" >&2
+          fi
         done
       done
     done
@@ -64,8 +73,10 @@ if [ "${NCU:-0}" = 1 ]; then
           csv="/tmp/ab_ncu_${i}_${v}_${shape//:/_}_$kind.csv"
           # shellcheck disable=SC2086
           timeout 120 "${warm_ncu[@]}" --metrics gpu__time_duration.sum --csv \
-            --print-units base "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 1 >"$csv" 2>/dev/null
-          echo "== $v $shape $kind ${commits[$i]} (ncu, warm caches): rc=$?"
+            --print-units base "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 1 >"$csv" 2>"$csv.err"
+          rc=$?
+          echo "== $v $shape $kind ${commits[$i]} (ncu, warm caches): rc=$rc"
+          [ "$rc" = 0 ] || tail -3 "$csv.err" | sed 's/^/  (stderr) /'
           python3 bench/ncu_times.py "$csv"
         done
       done

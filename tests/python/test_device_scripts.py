@@ -80,15 +80,16 @@ def test_pack_bench_refuses_a_bad_ablation_mask(value):
     assert f"ABLATE must be 0-63, got '{value}'" in r.stderr
 
 
-def fake_bench_dir(tmp_path, name, commit):
-    """A BENCHES directory whose bench is a shell script printing a header and one row with its arguments."""
+def fake_bench_dir(tmp_path, name, commit, script='#!/bin/sh\necho "variant N D"\necho "row $*"\n'):
+    """A BENCHES directory whose bench is a shell script (by default printing a header and one row with its
+    arguments)."""
     d = tmp_path / "tree" / name
     d.mkdir(parents=True)
     (d / "COMMIT").write_text(commit + "\n")
     stage = tmp_path / f"stage_{name}"
     stage.mkdir()
     bench = stage / "cuda_attention_bench"
-    bench.write_text('#!/bin/sh\necho "variant N D"\necho "row $*"\n')
+    bench.write_text(script)
     bench.chmod(0o755)
     subprocess.run(["tar", "cJf", str(d / "bench.tar.xz"), "-C", str(stage), "cuda_attention_bench"], check=True)
 
@@ -184,6 +185,33 @@ def test_bench_ab_refuses_an_unknown_input_kind(tmp_path):
     assert r.returncode == 2
     assert "unknown input kind nonsense" in r.stderr
     assert not (tmp_path / "out" / "ab.txt").exists()
+
+
+def test_bench_ab_says_when_a_build_gives_no_rows(tmp_path):
+    # A bench that knows one shape only (as cuda_attention_bench refuses a shape it does not run): the other shape's
+    # rows are missing, and the script says which build, variant and shape, with the bench's message, instead of
+    # leaving the gap silent. ncu's failures show their last lines of stderr under the run's header.
+    commit = f"test-{os.getpid()}-{tmp_path.name}"
+    fake_bench_dir(tmp_path, "a", commit, '#!/bin/sh\ncase "$*" in *64:4096:0*) echo "--shape 64:4096:0 is not '
+                   'one of the benchmark\'s shapes" >&2; exit 2;; esac\necho "row $*"\n')
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ncu").write_text('#!/bin/sh\necho "==ERROR== the application returned 2" >&2\nexit 2\n')
+    (bindir / "ncu").chmod(0o755)
+    env_extra = {"SHAPES": "128:4096:0 64:4096:0", "ONLY": "gproj", "ROUNDS": "1", "NCU": "1",
+                 "PATH": f"{bindir}:{os.environ['PATH']}"}
+    try:
+        r = run_ab(tmp_path, "a", env_extra)
+    finally:
+        shutil.rmtree(Path("/tmp/ab_bench") / commit, ignore_errors=True)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in (tmp_path / "out" / "ab.txt").read_text().splitlines() if not line.startswith("#")]
+    assert len(rows) == 1 and "--shape 128:4096:0" in rows[0]
+    assert (f"device_bench_ab: no rows from {commit} for gproj 64:4096:0 gaussian (rc=2): --shape 64:4096:0 is "
+            "not one of the benchmark's shapes") in r.stderr
+    ncu = (tmp_path / "out" / "ab_ncu.txt").read_text()
+    assert f"== gproj 64:4096:0 gaussian {commit} (ncu, warm caches): rc=2" in ncu
+    assert "  (stderr) ==ERROR== the application returned 2" in ncu
 
 
 def run_candidate_tests(tmp_path, args, prebuilt_commit=None):

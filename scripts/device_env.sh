@@ -91,3 +91,15 @@ ab_summary() {
     awk '{k=$1" "$3" "$4" "$5" "$9; f[k]=f[k]" "$6; s[k]=s[k]" "$7} END{for(k in s) print k, "fwd", f[k], "bwd", s[k]}' |
     sort
 }
+
+# candidate_tests_report DIR T0: scripts/device_candidate_tests.sh into DIR (logs, summary.txt), then the lines the
+# run scripts print after it: its status and the seconds since T0 (a `date +%s`), the summary, the C++ suite's
+# failures. Returns the tests' status. (Each run script of sessions 17-21 wrote these five lines out.)
+candidate_tests_report() {
+  bash scripts/device_candidate_tests.sh "$1" > "$1.log" 2>&1
+  local rc=$?
+  echo "candidate tests rc=$rc at $(( $(date +%s) - $2 )) s"
+  cat "$1/summary.txt" 2>/dev/null
+  grep -E "FAILED|Failure" "$1/cuda_tests.log" 2>/dev/null | head -20
+  return $rc
+}

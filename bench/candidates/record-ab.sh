@@ -27,10 +27,5 @@ BENCHES="$B" SHAPES="128:4096:0 128:4096:1" INPUTS="gaussian" ONLY="gproj" ROUND
 echo "ncu done at $(( $(date +%s) - t0 )) s"
 ab_summary "$out"/ab/ab.txt "$out"/ab_q4/ab.txt "$out"/ab64/ab.txt
 grep -E "^==|flash_bwd_wg" "$out"/ncu/ab_ncu.txt
-if [ "${TESTS:-1}" = 1 ]; then
-  bash scripts/device_candidate_tests.sh "$out/tests" > "$out/tests.log" 2>&1
-  echo "candidate tests rc=$? at $(( $(date +%s) - t0 )) s"
-  cat "$out/tests/summary.txt"
-  grep -E "FAILED|Failure" "$out/tests/cuda_tests.log" | head -20
-fi
+[ "${TESTS:-1}" = 1 ] && candidate_tests_report "$out/tests" "$t0"
 tar czf "$OUT/r4.tgz" -C "$OUT" r4

@@ -94,6 +94,15 @@ def fake_bench_dir(tmp_path, name, commit, script='#!/bin/sh\necho "variant N D"
     subprocess.run(["tar", "cJf", str(d / "bench.tar.xz"), "-C", str(stage), "cuda_attention_bench"], check=True)
 
 
+def fake_ncu_path(tmp_path, script):
+    """PATH with a folder first whose `ncu` is the given shell script."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ncu").write_text(script)
+    (bindir / "ncu").chmod(0o755)
+    return f"{bindir}:{os.environ['PATH']}"
+
+
 def test_bench_ab_runs_every_build_in_turn(tmp_path):
     tag = f"test-{os.getpid()}-{tmp_path.name}"
     commits = [f"{tag}-a", f"{tag}-b"]
@@ -118,13 +127,9 @@ def test_bench_ab_ncu_runs_each_input_kind(tmp_path):
     # A fake ncu on PATH logs its arguments: one run per shape, input kind and build, with the kind's arguments.
     tag = f"test-{os.getpid()}-{tmp_path.name}"
     fake_bench_dir(tmp_path, "a", tag)
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
     log = tmp_path / "ncu_args.log"
-    (bindir / "ncu").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
-    (bindir / "ncu").chmod(0o755)
     env_extra = {"SHAPES": "64:1024:1", "INPUTS": "gaussian q4", "ONLY": "gproj", "ROUNDS": "1", "NCU": "1",
-                 "PATH": f"{bindir}:{os.environ['PATH']}"}
+                 "PATH": fake_ncu_path(tmp_path, f'#!/bin/sh\necho "$*" >> {log}\n')}
     try:
         r = run_ab(tmp_path, "a", env_extra)
     finally:
@@ -144,19 +149,16 @@ def test_bench_ab_ncu_limits_profiles_the_timed_launch_of_each_build(tmp_path):
     tag = f"test-{os.getpid()}-{tmp_path.name}"
     fake_bench_dir(tmp_path, "a", f"{tag}-a")
     fake_bench_dir(tmp_path, "b", f"{tag}-b")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
     log = tmp_path / "ncu_args.log"
-    (bindir / "ncu").write_text(
+    path = fake_ncu_path(
+        tmp_path,
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
         'n=$(wc -l < ' + str(log) + ')\n'
         'echo \'"ID","Kernel Name","gpu__time_duration.sum"\'\n'
         'echo \'"","","ns"\'\n'
         'echo "\\"0\\",\\"k\\",\\"${n}000\\""\n')
-    (bindir / "ncu").chmod(0o755)
-    env_extra = {"SHAPES": "128:4096:0", "ONLY": "gproj", "ROUNDS": "0", "NCU_LIMITS": "1",
-                 "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env_extra = {"SHAPES": "128:4096:0", "ONLY": "gproj", "ROUNDS": "0", "NCU_LIMITS": "1", "PATH": path}
     try:
         r = run_ab(tmp_path, "a b", env_extra)
     finally:
@@ -194,12 +196,9 @@ def test_bench_ab_says_when_a_build_gives_no_rows(tmp_path):
     commit = f"test-{os.getpid()}-{tmp_path.name}"
     fake_bench_dir(tmp_path, "a", commit, '#!/bin/sh\ncase "$*" in *64:4096:0*) echo "--shape 64:4096:0 is not '
                    'one of the benchmark\'s shapes" >&2; exit 2;; esac\necho "row $*"\n')
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "ncu").write_text('#!/bin/sh\necho "==ERROR== the application returned 2" >&2\nexit 2\n')
-    (bindir / "ncu").chmod(0o755)
     env_extra = {"SHAPES": "128:4096:0 64:4096:0", "ONLY": "gproj", "ROUNDS": "1", "NCU": "1",
-                 "PATH": f"{bindir}:{os.environ['PATH']}"}
+                 "PATH": fake_ncu_path(tmp_path, '#!/bin/sh\necho "==ERROR== the application returned 2" >&2\n'
+                                                 'exit 2\n')}
     try:
         r = run_ab(tmp_path, "a", env_extra)
     finally:
@@ -285,3 +284,17 @@ def test_ab_summary_lines_up_the_rounds(tmp_path):
     assert r.stdout.splitlines() == ["baseline 128 yes gaussian aaa fwd  0.693 bwd  1.713",
                                      "gproj 128 no gaussian aaa fwd  1.366 bwd  3.510",
                                      "gproj 128 no gaussian bbb fwd  1.373 1.370 bwd  3.374 3.392"]
+
+
+def test_candidate_tests_report_prints_status_summary_and_failures(tmp_path):
+    # A stand-in for device_candidate_tests.sh that writes a summary and a failing C++ suite's log, exit status 1.
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "device_candidate_tests.sh").write_text(
+        'mkdir -p "$1"\necho "== cuda_tests: rc=1" > "$1/summary.txt"\n'
+        'printf "[  FAILED  ] Cuda.Something\\n[  PASSED  ] 57 tests.\\n" > "$1/cuda_tests.log"\nexit 1\n')
+    script = (f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; "
+              f"candidate_tests_report {tmp_path / 'out'} $(date +%s); echo \"status $?\"")
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("candidate tests rc=1 at ") and lines[0].endswith(" s"), r.stdout
+    assert lines[1:] == ["== cuda_tests: rc=1", "[  FAILED  ] Cuda.Something", "status 1"]

@@ -53,8 +53,8 @@ for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
           if [ -n "$rows" ]; then
             sed "s/\$/  $kind  r$round  ${commits[$i]}/" <<<"$rows"
           else  # (a shape or variant the build does not know: say so, with the bench's own words)
-            echo "device_bench_ab: no rows from ${commits[$i]} for $v $shape $kind (rc=$rc): $(tail -2 "$out/bench.err" |
-              tr '\n' ' ')" >&2
+            msg=$(tail -2 "$out/bench.err" | tr '\n' ' ')
+            echo "device_bench_ab: no rows from ${commits[$i]} for $v $shape $kind (rc=$rc): $msg" >&2
           fi
         done
       done

@@ -85,7 +85,7 @@ float median_ms(F f, int reps) {
 
 // Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink]. The filters
 // let a profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table
-// runs. --q-scale multiplies q (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every
+// runs (four shapes; --shape may also name any other of the grid, e.g. 64:4096:0). --q-scale multiplies q (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every
 // sequence an attention sink (at D = 128 its score is ~8.5 above the rest on average, so most rows give it
 // P >= 1/16): every row
 // lists the same key, the worst case for thresh-lowrank's scattered dK corrections.
@@ -131,14 +131,25 @@ int main(int argc, char** argv) {
     bool causal;
     std::string tag() const { return std::to_string(D) + ":" + std::to_string(N) + ":" + (causal ? "1" : "0"); }
   };
-  // The speed-bar shape both ways, and the training testbed's (D = 64, N = 1k) both ways.
-  const std::vector<Shape> shapes{{128, 4096, false}, {128, 4096, true}, {64, 1024, false}, {64, 1024, true}};
+  // The speed-bar shape both ways, and the training testbed's (D = 64, N = 1k) both ways; --shape may also
+  // name another D:N:causal of the grid (D 64 or 128, N dividing 16384, B N = 16k tokens, H D = 2048).
+  std::vector<Shape> shapes{{128, 4096, false}, {128, 4096, true}, {64, 1024, false}, {64, 1024, true}};
   if (!shape_filter.empty() &&
       std::none_of(shapes.begin(), shapes.end(), [&](const Shape& s) { return s.tag() == shape_filter; })) {
-    std::string known;
-    for (const Shape& s : shapes) known += " " + s.tag();
-    std::fprintf(stderr, "--shape %s is not one of the benchmark's shapes:%s\n", shape_filter.c_str(), known.c_str());
-    return 2;
+    int d = 0, n = 0, c = -1, used = 0;
+    const bool parsed = std::sscanf(shape_filter.c_str(), "%d:%d:%d%n", &d, &n, &c, &used) == 3 &&
+                        used == static_cast<int>(shape_filter.size());
+    if (!parsed || (d != 64 && d != 128) || n < 64 || n > 16384 || 16384 % n != 0 || (c != 0 && c != 1)) {
+      std::string known;
+      for (const Shape& s : shapes) known += " " + s.tag();
+      std::fprintf(stderr,
+                   "--shape %s is not D:N:causal with D 64 or 128, N from 64 to 16384 dividing 16384 and causal 0 "
+                   "or 1 (the table's own:%s)\n",
+                   shape_filter.c_str(), known.c_str());
+      return 2;
+    }
+    shapes = {{d, n, c == 1}};
+    shape_filter = shapes[0].tag();  // (the canonical spelling, which the loop below compares)
   }
   for (const Shape& shape : shapes) {
     const std::string tag = shape.tag();

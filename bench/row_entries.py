@@ -18,8 +18,9 @@ import sys
 import torch
 
 
-def read_state(path):
-    """q, k (B, N, H, D) as float32 and the `causal` flag of a BF16 safetensors attention state."""
+def read_state(path, names=("q", "k")):
+    """The tensors `names` (default q, k; each (B, N, H, D)) as float32, then the `causal` flag, of a BF16
+    safetensors attention state."""
     with open(path, "rb") as f:
         blob = f.read()
     if len(blob) < 8:
@@ -27,15 +28,17 @@ def read_state(path):
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
     out = {}
-    for name in ("q", "k"):
+    for name in names:
         entry = header.get(name)
         if entry is None or entry["dtype"] != "BF16" or len(entry["shape"]) != 4:
-            sys.exit(f"{path}: needs rank-4 BF16 tensors q and k")
+            sys.exit(f"{path}: needs rank-4 BF16 tensors {', '.join(names)} ('{name}' is missing or not one)")
         begin, end = entry["data_offsets"]
+        if 8 + n + end > len(blob):
+            sys.exit(f"{path}: truncated ('{name}' runs past the end of the file)")
         raw = bytearray(blob[8 + n + begin:8 + n + end])
         out[name] = torch.frombuffer(raw, dtype=torch.bfloat16).reshape(entry["shape"]).float()
     causal = str(header.get("__metadata__", {}).get("causal", "false")).lower() in ("1", "true")
-    return out["q"], out["k"], causal
+    return (*(out[name] for name in names), causal)
 
 
 def scores(q, k, causal):

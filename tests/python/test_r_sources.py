@@ -1,29 +1,14 @@
 # bench/r_sources.py: r_i rebuilt without per-block sums. With every entry recomputed the rebuilt r_i is the
 # kernel's (up to FP32 order), and the projection with it reaches the same dQ error; the reader's errors name the
 # missing tensor and a truncated file; the table is written whole. Part of scripts/python_test.sh.
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from script_loader import ROOT, load
 
 
 def writer():
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        return load("attention_audit", ROOT / "examples" / "attention_audit.py")
-    finally:
-        sys.path.pop(0)
+    return load("attention_audit", ROOT / "examples" / "attention_audit.py")
 
 
 def small_state(seed=0, shared=4.0):

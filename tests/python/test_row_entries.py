@@ -1,19 +1,8 @@
 # bench/row_entries.py: the count of softmax entries at or above thresh-lowrank's 1/16 on cases whose answer is
 # known, and the state reader on a file written by the training program's writer. Part of scripts/python_test.sh.
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from script_loader import ROOT, load
 
 
 def test_counts_on_known_rows():
@@ -33,11 +22,7 @@ def test_counts_on_known_rows():
 
 
 def test_reads_a_state_written_by_the_training_program(tmp_path):
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        audit = load("attention_audit", ROOT / "examples" / "attention_audit.py")
-    finally:
-        sys.path.pop(0)
+    audit = load("attention_audit", ROOT / "examples" / "attention_audit.py")
     rows = load("row_entries", ROOT / "bench" / "row_entries.py")
     q, k = torch.randn(1, 8, 2, 16), torch.randn(1, 8, 1, 16)
     path = tmp_path / "s.safetensors"

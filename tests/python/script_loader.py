@@ -1,5 +1,5 @@
 # The repository's scripts (bench/*.py, scripts/*.py, examples/*.py) are not a package: tests import them from
-# their paths with this helper (test_row_entries.py, test_r_sources.py; the older tests keep their own copies).
+# their paths with this helper (every test that does).
 import importlib.util
 import sys
 from pathlib import Path

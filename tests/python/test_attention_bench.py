@@ -1,16 +1,12 @@
 # The side-by-side benchmark's harness in --smoke mode (CPU, tiny shapes): it runs every implementation and writes
 # a report with its environment. Part of scripts/python_test.sh; the real run is on the GPU machine.
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from script_loader import ROOT, load
 
 
 def test_smoke_run_writes_a_report(tmp_path):
-    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "bench" / "attention_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
     out = tmp_path / "report.json"
     bench.main(["attention_bench.py", "--smoke", "--out", str(out)])
     report = json.loads(out.read_text())
@@ -24,9 +20,7 @@ def test_smoke_run_writes_a_report(tmp_path):
 
 
 def test_q_scale_is_recorded_and_checked(tmp_path):
-    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "bench" / "attention_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
     out = tmp_path / "report.json"
     bench.main(["attention_bench.py", "--smoke", "--q-scale", "4", "--out", str(out)])
     report = json.loads(out.read_text())

@@ -1,13 +1,12 @@
 # scripts/gtest_triage.py (device_check.sh's line about the GPU tests): counts and the first failure's message
 # from a GoogleTest log, and each failed test rerun alone with a fake GoogleTest binary; refusals. Part of
 # scripts/python_test.sh.
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from script_loader import ROOT
+from script_loader import load as load_script
 
 LOG = """[==========] Running 4 tests from 2 test suites.
 [ RUN      ] Cuda.First
@@ -32,10 +31,7 @@ C++ exception with description "device error: CUDA backward: an illegal memory a
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("gtest_triage", ROOT / "scripts" / "gtest_triage.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gtest_triage", ROOT / "scripts" / "gtest_triage.py")
 
 
 def test_counts_each_test_once_and_names_the_first_failure():

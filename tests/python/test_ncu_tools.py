@@ -3,19 +3,14 @@
 # per-kernel times and the baseline/gproj table of a times CSV, the limits table of raw-page reports, executed
 # instructions by opcode side by side), and bench/sass_count.py (static opcode counts of a cuobjdump listing), on
 # small files whose answers are known, and their refusals. Part of scripts/python_test.sh.
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from script_loader import ROOT
+from script_loader import load as load_script
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(name, ROOT / "bench" / f"{name}.py")
 
 def write_csv(path):
     lines = [

@@ -1,20 +1,16 @@
 # bench/op_overhead.py (where the PyTorch op's backward time goes beyond its kernels) in --smoke mode on the CPU:
 # it times both paths of every variant asked for and writes its report atomically; bad arguments are refused.
 # Part of scripts/python_test.sh; the real run is on the GPU machine.
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from script_loader import ROOT
+from script_loader import load as load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("op_overhead", ROOT / "bench" / "op_overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("op_overhead", ROOT / "bench" / "op_overhead.py")
 
 
 def test_smoke_run_times_each_variant(tmp_path):

@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from row_entries import read_state  # noqa: E402
+from row_entries import read_state, scores  # noqa: E402
 
 
 def rebuilt_r(q, k, v, do, causal, thresholds):
@@ -26,15 +26,11 @@ def rebuilt_r(q, k, v, do, causal, thresholds):
     and of the P-weighted projection with the kernel's r_i, and for each way of rebuilding r_i without per-block
     sums (the delta term alone, then with the eps of the entries with bf16(P) >= 1/T for each T) the relative
     distance to the kernel's r_i, the dQ error and the mean number of entries per row it recomputes."""
-    q, k, v, do = (x.double().permute(0, 2, 1, 3) for x in (q, k, v, do))
-    if k.shape[1] != q.shape[1]:  # grouped keys and values: each query head reads its group's
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
-    n, nk, d = q.shape[2], k.shape[2], q.shape[3]
-    scale = 1.0 / math.sqrt(d)
-    s = (q @ k.transpose(-1, -2)) * scale
-    if causal:  # bottom-right aligned
-        s = s.masked_fill(~torch.ones(n, nk, dtype=torch.bool).tril(nk - n), float("-inf"))
+    s = scores(q.double(), k.double(), causal)  # (B, H, Nq, Nk), masked as everywhere in gproj
+    scale = 1.0 / math.sqrt(q.shape[3])
+    group = q.shape[2] // k.shape[2]  # grouped keys and values: each query head reads its group's
+    do = do.double().permute(0, 2, 1, 3)
+    k, v = (x.double().permute(0, 2, 1, 3).repeat_interleave(group, 1) for x in (k, v))
     p64 = s.softmax(-1)
     dp64 = do @ v.transpose(-1, -2)
     dq64 = scale * (p64 * (dp64 - (do * (p64 @ v)).sum(-1, keepdim=True))) @ k

@@ -85,10 +85,10 @@ float median_ms(F f, int reps) {
 
 // Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink]. The filters
 // let a profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table
-// runs (four shapes; --shape may also name any other of the grid, e.g. 64:4096:0). --q-scale multiplies q (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every
-// sequence an attention sink (at D = 128 its score is ~8.5 above the rest on average, so most rows give it
-// P >= 1/16): every row
-// lists the same key, the worst case for thresh-lowrank's scattered dK corrections.
+// runs (four shapes; --shape may also name any other of the grid, e.g. 64:4096:0). --q-scale multiplies q
+// (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every sequence an attention sink (at
+// D = 128 its score is ~8.5 above the rest on average, so most rows give it P >= 1/16): every row lists the same
+// key, the worst case for thresh-lowrank's scattered dK corrections.
 int main(int argc, char** argv) {
   using namespace gproj;
   std::string only, shape_filter;

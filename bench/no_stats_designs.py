@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Could gproj's backward do without the P-weighted row statistics (P (K U), s_i and r_i summed per row across the
+main kernel's key blocks, docs/gproj-overhead.md)? Each of those costs 60-80 us in the main kernel (sessions 21-22),
+more than the 3% bar. This study asks which corrections that need no per-row sums across key blocks reach the dQ
+bars, with the kernel's rounding points emulated in FP32 against float64 (docs/perf-notes.md, session 23):
+
+- `delta exact`: delta_i = sum_j P_ij dP_ij from the backward's own P and dP (what the FP32 dS row sums need to be
+  zero), no projection. Not available to a KV-outer kernel (a sum over every key block); it bounds the family.
+- `center K`: the dQ product against bf16(K - mean K) with the exact delta: the uniform projection with one centre
+  per head, no statistics at all.
+- `delta from the forward's FP32 O`: what the forward could give the backward cheaply (O's BF16 residual); the
+  forward's O used its rounded P, the backward's dS the exact one, so the two do not agree.
+- `consistent P`: the forward's own rounding, made reproducible: the forward rounds P^ = exp2(S log2 e - M_i)
+  against an integer running max (its rescaling then exact), so O = sum_j bf16(P^_ij) V_j / l_i with
+  l_i = sum_j bf16(P^_ij); the backward takes P = bf16(P^) / l and delta = dO . O from O's FP32 value (O and its
+  BF16 rounding residual). The FP32 dS then sums to zero per row without any sum across key blocks.
+- `+ eps by G-key means`: on top of `consistent P`, each group of G keys inside a block gives its rows' rounding
+  errors back against the group's mean key: dQ_i += sum_g (sum_{j in g} eps_ij) mean_{j in g} K_j, a sum the kernel
+  could form inside one tile (no atomics, no pass after the kernel).
+
+`pweighted` (the kernel's projection with the backward's statistics) and `baseline` are the references. dK is
+reported for the forms that change dS itself (the projections only add corrections to dQ here). CPU only
+(torch); ~10 s per real state.
+
+Usage: python3 bench/no_stats_designs.py [--state FILE ...] [--synthetic] [--group G ...] [--out FILE.md]"""
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from row_entries import read_state, scores  # noqa: E402
+
+LOG2E = 1.4426950408889634
+
+
+def bf16(x):
+    return x.to(torch.bfloat16).float()
+
+
+def group_means(k, g):
+    """(..., Nk, D) -> the mean key of each run of g keys, repeated over its keys (the last run may be short)."""
+    nk = k.shape[-2]
+    out = torch.empty_like(k)
+    for j0 in range(0, nk, g):
+        out[..., j0:j0 + g, :] = k[..., j0:j0 + g, :].mean(-2, keepdim=True)
+    return out
+
+
+def designs(q, k, v, do, causal, groups=(8, 16, 64)):
+    """dQ (and dK where dS changes) relative errors against float64 of each correction, for one state ((B, N, H, D)
+    tensors, keys and values possibly with fewer heads). Returns a list of (name, dQ error, dK error or None, dV error
+    or None)."""
+    s = scores(q.double(), k.double(), causal)  # (B, H, Nq, Nk), -inf where masked
+    scale = 1.0 / math.sqrt(q.shape[3])
+    group = q.shape[2] // k.shape[2]
+    qh = q.double().permute(0, 2, 1, 3)
+    do = do.double().permute(0, 2, 1, 3)
+    k, v = (x.double().permute(0, 2, 1, 3).repeat_interleave(group, 1) for x in (k, v))
+    p64 = s.softmax(-1).nan_to_num(0.0)
+    ds64 = p64 * (do @ v.transpose(-1, -2) - (do * (p64 @ v)).sum(-1, keepdim=True))
+    dq64, dk64 = scale * ds64 @ k, scale * ds64.transpose(-1, -2) @ qh
+    dv64 = p64.transpose(-1, -2) @ do
+
+    def err(x, ref):
+        return float((x - ref).norm() / ref.norm())
+
+    def dq(ds_used, keys=k):
+        return err(scale * ds_used @ keys, dq64)
+
+    def dk(ds_used):
+        return err(scale * ds_used.transpose(-1, -2) @ qh, dk64)
+
+    def eps_groups(ds32, dsr, g):  # dQ with the rounding errors given back against g-key means
+        mk = bf16(group_means(k.float(), g)).double()
+        return err(scale * (dsr @ k + (ds32.double() - dsr) @ mk), dq64)
+
+    dp = do.float() @ v.float().transpose(-1, -2)
+    s32 = s.float()
+    p = torch.exp(s32 - torch.logsumexp(s32, -1, keepdim=True)).nan_to_num(0.0)  # the kernel's P
+    rows = []
+    # the kernel today: delta from the BF16 O
+    dsb = bf16(p * (dp - (do.float() * bf16(p @ v.float())).sum(-1, keepdim=True))).double()
+    dvb = err(bf16(p).double().transpose(-1, -2) @ do, dv64)
+    rows.append(("baseline", dq(dsb), dk(dsb), dvb))
+    r = dsb.sum(-1, keepdim=True)
+    w = p.double() / p.double().sum(-1, keepdim=True).clamp_min(1e-300)
+    rows.append(("pweighted (the backward's statistics)", dq(dsb - r * w), dk(dsb - r * w), dvb))
+    # delta from the backward's own P and dP
+    dsx = bf16(p * (dp - (p * dp).sum(-1, keepdim=True))).double()
+    rows.append(("delta exact", dq(dsx), dk(dsx), dvb))
+    kc = bf16(k.float() - k.float().mean(-2, keepdim=True)).double()
+    rows.append(("delta exact, center K", dq(dsx, kc), None, None))
+    # delta from the forward's FP32 O (through O and its residual; normalised by the sum of the rounded P it used)
+    # with the backward's exact P: the FP32 dS still does not sum to zero, so even unrounded it leaks
+    s2 = s32 * LOG2E
+    pt = bf16(torch.exp2(s2 - s2.amax(-1, keepdim=True).nan_to_num(0.0, posinf=0.0, neginf=0.0))).nan_to_num(0.0)
+    of = pt @ v.float() / pt.sum(-1, keepdim=True).clamp_min(1e-30)
+    dsf = (p * (dp - (do.float() * (bf16(of) + bf16(of - bf16(of)))).sum(-1, keepdim=True))).double()
+    rows.append(("delta from the forward's FP32 O, dS unrounded", dq(dsf), dk(dsf), dvb))
+    # the forward's rounding against an integer running max, reproduced by the backward
+    m = torch.ceil(s2.amax(-1, keepdim=True)).nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    ph = bf16(torch.exp2(s2 - m)).nan_to_num(0.0)
+    pc = ph / ph.sum(-1, keepdim=True).clamp_min(1e-30)
+    o = pc @ v.float()  # the forward's FP32 O; O + its BF16 residual carries it to ~2^-17
+    delta = (do.float() * (bf16(o) + bf16(o - bf16(o)))).sum(-1, keepdim=True)
+    ds = pc * (dp - delta)
+    dsc = bf16(ds).double()
+    dvc = err(bf16(pc).double().transpose(-1, -2) @ do, dv64)
+    rows.append(("consistent P", dq(dsc), dk(dsc), dvc))
+    rows.append(("consistent P, dS unrounded (this family's floor)", dq(ds.double()), dk(ds.double()), dvc))
+    for g in groups:
+        rows.append((f"consistent P + eps by {g}-key means", eps_groups(ds, dsc, g), None, None))
+    # the same with dO' = bf16(dO / l) in the backward, so that the main kernel's P stays unnormalised (bf16(P^),
+    # as the forward's): dV = bf16(P^)^T dO', dS = bf16(P^) (dO' V^T - dO' . O) (= P (dP - delta) in exact arithmetic)
+    l = ph.sum(-1, keepdim=True)
+    do1 = bf16(do.float() / l.clamp_min(1e-30))
+    ds1 = ph * (do1 @ v.float().transpose(-1, -2) - (do1 * (bf16(o) + bf16(o - bf16(o)))).sum(-1, keepdim=True))
+    dsr1 = bf16(ds1).double()
+    dv1 = err(ph.double().transpose(-1, -2) @ do1.double(), dv64)
+    rows.append(("consistent P^ with dO' = bf16(dO / l)", dq(dsr1), dk(dsr1), dv1))
+    for g in groups:
+        rows.append((f"consistent P^ with dO' + eps by {g}-key means",
+                     eps_groups(ds1, dsr1, g), None, None))
+    return rows
+
+
+def synthetic_states(n=1024, d=64, h=4, seed=7):
+    """Stress-like inputs (names after the C++ stress cases they imitate, not the same values): Gaussian; keys
+    sharing a large component; an attention sink (4 equal keys every query aligns with) over V of mean -1."""
+    out = []
+    for name, kind in (("gaussian", None), ("shared-keys-like", "shared"), ("sink-vmean-like", "sink")):
+        g = torch.Generator().manual_seed(seed)
+        q, k, v, do = (torch.randn(1, n, h, d, generator=g) for _ in range(4))
+        if kind == "shared":
+            u = torch.randn(d, generator=g)
+            k = k + 2.0 * math.sqrt(d) * u / u.norm()
+        if kind == "sink":
+            v = v - 1.0
+            k[:, 1:4] = k[:, :1]
+            q = q + 3.0 * k[:, :1] / k[:, :1].norm(dim=-1, keepdim=True)
+        out.append((name, tuple(bf16(x) for x in (q, k, v, do)), True))
+    return out
+
+
+def table(results):
+    lines = ["| state | correction | dQ error | dK error | dV error |", "|---|---|---|---|---|"]
+    for state, rows in results:
+        for name, *errs in rows:
+            cells = " | ".join("" if e is None else f"{100 * e:.3f}%" for e in errs)
+            lines.append(f"| {state} | {name} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--state", action="append", default=[], help="a BF16 state with q, k, v, do (repeatable)")
+    ap.add_argument("--synthetic", action="store_true", help="also the stress-like synthetic inputs")
+    ap.add_argument("--group", action="append", type=int, help="G of the eps compensation (default 8 16 64)")
+    ap.add_argument("--out", help="also write the table (Markdown) here")
+    args = ap.parse_args(argv)
+    groups = args.group or [8, 16, 64]
+    if any(g < 1 for g in groups):
+        sys.exit("no_stats_designs: --group must be >= 1 keys")
+    if not args.state and not args.synthetic:
+        sys.exit("no_stats_designs: give --state FILE and/or --synthetic")
+    inputs = []
+    for path in args.state:
+        if not os.path.isfile(path):
+            sys.exit(f"no_stats_designs: no state file {path}")
+        inputs.append((path, None, None))
+    if args.synthetic:
+        inputs += synthetic_states()
+    results = []
+    for i, (name, tensors, causal) in enumerate(inputs):
+        print(f"[{i + 1}/{len(inputs)}] {name} ...", file=sys.stderr, flush=True)
+        if tensors is None:
+            q, k, v, do, causal = read_state(name, names=("q", "k", "v", "do"))
+            name = os.path.basename(name).removesuffix(".safetensors")
+        else:
+            q, k, v, do = tensors
+        results.append((name, designs(q, k, v, do, causal, groups)))
+    text = table(results)
+    print(text, end="")
+    if args.out:
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()

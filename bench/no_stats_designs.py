@@ -31,7 +31,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from row_entries import read_state, scores  # noqa: E402
+from row_entries import print_and_save, read_state, scores  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
@@ -182,13 +182,7 @@ def main(argv=None):
         else:
             q, k, v, do = tensors
         results.append((name, designs(q, k, v, do, causal, groups)))
-    text = table(results)
-    print(text, end="")
-    if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, args.out)
+    print_and_save(table(results), args.out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from row_entries import read_state, scores  # noqa: E402
+from row_entries import print_and_save, read_state, scores  # noqa: E402
 
 
 def rebuilt_r(q, k, v, do, causal, thresholds):
@@ -91,13 +91,7 @@ def main(argv=None):
         q, k, v, do, causal = read_state(path, names=("q", "k", "v", "do"))
         results.append((os.path.basename(path).removesuffix(".safetensors"),
                         rebuilt_r(q, k, v, do, causal, thresholds)))
-    text = table(results)
-    print(text, end="")
-    if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, args.out)
+    print_and_save(table(results), args.out)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,16 @@ def read_state(path, names=("q", "k")):
     return (*(out[name] for name in names), causal)
 
 
+def print_and_save(text, out=None):
+    """Prints a study's table and, when `out` is given, writes it there whole (a temporary file, then a rename)."""
+    print(text, end="")
+    if out:
+        tmp = f"{out}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, out)
+
+
 def scores(q, k, causal):
     """The scaled scores (B, H, Nq, Nk) of q (B, Nq, H, D) against k (B, Nk, Hkv, D), -inf where causal masking
     hides a key (bottom-right aligned, as everywhere in gproj)."""
@@ -189,13 +199,7 @@ def main(argv):
     for name, r in rows:
         lines.append(f"| {name} | {100 * r['warps_with_entries']:.1f}% | {100 * r['warps_with_rest']:.1f}% | "
                      f"{r['rest_mean']:.1f} / {r['rest_max']} | {r['rounds_lane']:.2f} / {r['rounds_warp']:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        tmp = f"{args.out}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, args.out)
+    print_and_save("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,12 @@ bars, with the kernel's rounding points emulated in FP32 against float64 (docs/p
 - `+ eps by G-key means`: on top of `consistent P`, each group of G keys inside a block gives its rows' rounding
   errors back against the group's mean key: dQ_i += sum_g (sum_{j in g} eps_ij) mean_{j in g} K_j, a sum the kernel
   could form inside one tile (no atomics, no pass after the kernel).
+- `consistent P^ with dO' = bf16(dO / l)`: the same with the kernel's P left unnormalised (the forward's bf16(P^)
+  itself) and dO scaled per row instead, so that dV needs no extra multiply.
 
-`pweighted` (the kernel's projection with the backward's statistics) and `baseline` are the references. dK is
-reported for the forms that change dS itself (the projections only add corrections to dQ here). CPU only
-(torch); ~10 s per real state.
+`pweighted` (the kernel's projection with the backward's statistics) and `baseline` are the references. dK and dV
+are reported for the forms that change dS or P themselves (the group corrections only add to dQ). CPU only (torch);
+~10 s per real state.
 
 Usage: python3 bench/no_stats_designs.py [--state FILE ...] [--synthetic] [--group G ...] [--out FILE.md]"""
 import argparse

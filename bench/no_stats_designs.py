@@ -33,7 +33,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from row_entries import print_and_save, read_state, scores  # noqa: E402
+from row_entries import float64_reference, print_and_save, read_state  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
@@ -55,14 +55,8 @@ def designs(q, k, v, do, causal, groups=(8, 16, 64)):
     """dQ (and dK where dS changes) relative errors against float64 of each correction, for one state ((B, N, H, D)
     tensors, keys and values possibly with fewer heads). Returns a list of (name, dQ error, dK error or None, dV error
     or None)."""
-    s = scores(q.double(), k.double(), causal)  # (B, H, Nq, Nk), -inf where masked
-    scale = 1.0 / math.sqrt(q.shape[3])
-    group = q.shape[2] // k.shape[2]
-    qh = q.double().permute(0, 2, 1, 3)
-    do = do.double().permute(0, 2, 1, 3)
-    k, v = (x.double().permute(0, 2, 1, 3).repeat_interleave(group, 1) for x in (k, v))
-    p64 = s.softmax(-1).nan_to_num(0.0)
-    ds64 = p64 * (do @ v.transpose(-1, -2) - (do * (p64 @ v)).sum(-1, keepdim=True))
+    ref = float64_reference(q, k, v, do, causal)
+    scale, qh, k, v, do, p64, ds64, p = ref.scale, ref.q, ref.k, ref.v, ref.do, ref.p64, ref.ds64, ref.p
     dq64, dk64 = scale * ds64 @ k, scale * ds64.transpose(-1, -2) @ qh
     dv64 = p64.transpose(-1, -2) @ do
 
@@ -80,8 +74,7 @@ def designs(q, k, v, do, causal, groups=(8, 16, 64)):
         return err(scale * (dsr @ k + (ds32.double() - dsr) @ mk), dq64)
 
     dp = do.float() @ v.float().transpose(-1, -2)
-    s32 = s.float()
-    p = torch.exp(s32 - torch.logsumexp(s32, -1, keepdim=True)).nan_to_num(0.0)  # the kernel's P
+    s32 = ref.s.float()
     rows = []
     # the kernel today: delta from the BF16 O
     dsb = bf16(p * (dp - (do.float() * bf16(p @ v.float())).sum(-1, keepdim=True))).double()

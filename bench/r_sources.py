@@ -11,14 +11,13 @@ for comparing the candidates with each other, not the emulator's own (`gproj stu
 
 Usage: python3 bench/r_sources.py --state FILE [--state FILE ...] [--threshold T ...] [--out FILE.md]"""
 import argparse
-import math
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from row_entries import print_and_save, read_state, scores  # noqa: E402
+from row_entries import float64_reference, print_and_save, read_state  # noqa: E402
 
 
 def rebuilt_r(q, k, v, do, causal, thresholds):
@@ -26,16 +25,9 @@ def rebuilt_r(q, k, v, do, causal, thresholds):
     and of the P-weighted projection with the kernel's r_i, and for each way of rebuilding r_i without per-block
     sums (the delta term alone, then with the eps of the entries with bf16(P) >= 1/T for each T) the relative
     distance to the kernel's r_i, the dQ error and the mean number of entries per row it recomputes."""
-    s = scores(q.double(), k.double(), causal)  # (B, H, Nq, Nk), masked as everywhere in gproj
-    scale = 1.0 / math.sqrt(q.shape[3])
-    group = q.shape[2] // k.shape[2]  # grouped keys and values: each query head reads its group's
-    do = do.double().permute(0, 2, 1, 3)
-    k, v = (x.double().permute(0, 2, 1, 3).repeat_interleave(group, 1) for x in (k, v))
-    p64 = s.softmax(-1)
-    dp64 = do @ v.transpose(-1, -2)
-    dq64 = scale * (p64 * (dp64 - (do * (p64 @ v)).sum(-1, keepdim=True))) @ k
-    s32 = s.float()
-    p = torch.exp(s32 - torch.logsumexp(s32, -1, keepdim=True)).nan_to_num(0.0)
+    ref = float64_reference(q, k, v, do, causal)
+    scale, k, v, do, p = ref.scale, ref.k, ref.v, ref.do, ref.p
+    dq64 = scale * ref.ds64 @ k
     o = p @ v.float()
     delta = (do.float() * o.to(torch.bfloat16).float()).sum(-1, keepdim=True)
     ds = p * (do.float() @ v.float().transpose(-1, -2) - delta)

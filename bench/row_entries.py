@@ -14,6 +14,7 @@ import os
 import platform
 import struct
 import sys
+from types import SimpleNamespace
 
 import torch
 
@@ -63,6 +64,23 @@ def scores(q, k, causal):
         keep = torch.ones(N, Nk, dtype=torch.bool).tril(Nk - N)
         s = s.masked_fill(~keep, float("-inf"))
     return s
+
+
+def float64_reference(q, k, v, do, causal):
+    """What the CPU studies of one state ((B, N, H, D) tensors, keys and values possibly with fewer heads) build on:
+    the float64 scores `s` (B, H, Nq, Nk; -inf where masked), `scale`, q, k, v, do head-major in float64 with the
+    kv heads repeated for their query heads, the float64 softmax `p64` and dS `ds64`, and the kernel's FP32 P `p`
+    (from the FP32 scores and LSE)."""
+    s = scores(q.double(), k.double(), causal)
+    group = q.shape[2] // k.shape[2]  # grouped keys and values: each query head reads its group's
+    qh, doh = (x.double().permute(0, 2, 1, 3) for x in (q, do))
+    kh, vh = (x.double().permute(0, 2, 1, 3).repeat_interleave(group, 1) for x in (k, v))
+    p64 = s.softmax(-1).nan_to_num(0.0)
+    ds64 = p64 * (doh @ vh.transpose(-1, -2) - (doh * (p64 @ vh)).sum(-1, keepdim=True))
+    s32 = s.float()
+    p = torch.exp(s32 - torch.logsumexp(s32, -1, keepdim=True)).nan_to_num(0.0)
+    return SimpleNamespace(s=s, scale=1.0 / math.sqrt(q.shape[3]), q=qh, k=kh, v=vh, do=doh, p64=p64, ds64=ds64,
+                           p=p)
 
 
 def row_entries(q, k, causal, threshold=1.0 / 16):

@@ -20,9 +20,22 @@ bars, with the kernel's rounding points emulated in FP32 against float64 (docs/p
 - `consistent P^ with dO' = bf16(dO / l)`: the same with the kernel's P left unnormalised (the forward's bf16(P^)
   itself) and dO scaled per row instead, so that dV needs no extra multiply.
 
+- `fp16 backward` (session 24): the same consistency with every product of the backward in FP16 instead of BF16
+  (11 significant bits, not 8): the forward rounds P^ to FP16 against its integer running max (P V with V in FP16,
+  exact for BF16 values in range), l_i sums the rounded P^; the backward takes dO'' = fp16(dO / l * 2^b) with one
+  power of two per head (max_i |dO_i / l_i| max_j |V_j| <= 2^14, so no product can overflow), dV = fp16(P^)^T dO'',
+  dS'' = fp16(P^ (dP'' - delta'')) and dQ, dK from dS'' against Q, K in FP16. Variants: dS'' by one packed FP16
+  multiply of fp16(P^) and fp16(dP'' - delta'') (two roundings, what saves the kernel a multiply per entry); l_i
+  summed from the unrounded P^ (the FP32 row sums of dS then do not vanish); delta from the BF16 O alone (no
+  residual); the forward's rounding done as a kernel does it (64-key blocks against the running integer max,
+  rescaled by exact powers of two), which must agree with the backward's rounding against the final max; and the
+  forward's P^ and V kept in BF16 with dO' = bf16(dO / l) (`consistent bf16 P^, fp16 dS`).
+- `+ listed eps`: the rounding errors of dS at the entries with P >= 1/16 (the lists thresh-lowrank keeps) given
+  back to dQ exactly: dQ_i += sum_{listed j} eps_ij K_j, a post-pass over the lists.
+
 `pweighted` (the kernel's projection with the backward's statistics) and `baseline` are the references. dK and dV
 are reported for the forms that change dS or P themselves (the group corrections only add to dQ). CPU only (torch);
-~10 s per real state.
+~15 s per real state.
 
 Usage: python3 bench/no_stats_designs.py [--state FILE ...] [--synthetic] [--group G ...] [--out FILE.md]"""
 import argparse
@@ -122,6 +135,76 @@ def designs(q, k, v, do, causal, groups=(8, 16, 64)):
     return rows
 
 
+def fp16(x):
+    return x.to(torch.float16).float()
+
+
+def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
+    """The FP16 family (module docstring): rows (name, dQ error, dK error, dV error or None) as designs()."""
+    ref = float64_reference(q, k, v, do, causal)
+    scale, qh, k, v, do, p64, ds64 = ref.scale, ref.q, ref.k, ref.v, ref.do, ref.p64, ref.ds64
+    dq64, dk64 = scale * ds64 @ k, scale * ds64.transpose(-1, -2) @ qh
+    dv64 = p64.transpose(-1, -2) @ do
+
+    def err(x, r):
+        return float((x - r).norm() / r.norm())
+
+    s2 = ref.s.float() * LOG2E
+    m = torch.ceil(s2.amax(-1, keepdim=True)).nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    e = torch.exp2(s2 - m).nan_to_num(0.0)
+    vmax = v.float().norm(dim=-1, keepdim=True).amax(-2, keepdim=True)  # max_j |V_j| per head
+    rows = []
+
+    def form(name, ph, l, o_used, rnd_do, two_roundings=False):
+        """ph: the rounded P^ both passes use; l: the forward's row sums; o_used: the O delta is formed from."""
+        l = l.clamp_min(1e-30)
+        dov = do.float() / l
+        # one power of two per head: every |dP''|, |delta''| <= 2^14 (with dO' in BF16 the kernel scales dS instead)
+        bound = (dov.norm(dim=-1, keepdim=True).amax(-2, keepdim=True) * vmax).clamp_min(1e-30)
+        sc = torch.exp2(14 - torch.ceil(torch.log2(bound)))
+        do2 = rnd_do(dov * sc) if rnd_do is fp16 else rnd_do(dov) * sc
+        dp2 = do2 @ v.float().transpose(-1, -2)
+        d = dp2 - (do2 * o_used).sum(-1, keepdim=True)
+        exact = ph * d
+        ds = fp16(ph * fp16(d)) if two_roundings else fp16(exact)
+        dsd, eps = ds.double() / sc, (exact.double() - ds.double()) / sc
+        dv = err(ph.double().transpose(-1, -2) @ do2.double() / sc, dv64)
+        rows.append((name, err(scale * dsd @ k, dq64), err(scale * dsd.transpose(-1, -2) @ qh, dk64), dv))
+        listed = (ph >= list_threshold * l).double()
+        rows.append((f"{name} + listed eps (P >= 1/{round(1 / list_threshold)}, {listed.sum(-1).mean():.1f} a row)",
+                     err(scale * (dsd + eps * listed) @ k, dq64), None, None))
+
+    def fwd_o(ph, l):
+        o = ph @ v.float() / l.clamp_min(1e-30)
+        return o, bf16(o) + bf16(o - bf16(o))  # the forward's FP32 O; O and its BF16 residual carry it
+
+    ph = fp16(e)
+    l = ph.sum(-1, keepdim=True)
+    o, o_res = fwd_o(ph, l)
+    form("fp16 backward", ph, l, o_res, fp16)
+    # the forward as a kernel runs it: 64-key blocks, each rounded against the running integer max of the blocks so
+    # far, the sums and O rescaled by exact powers of two; the backward rounds against the final max
+    acc, lo, run = torch.zeros_like(o), torch.zeros_like(l), torch.full_like(l, -float("inf"))
+    for j0 in range(0, s2.shape[-1], 64):
+        blk = s2[..., j0:j0 + 64]
+        new = torch.maximum(run, torch.ceil(blk.amax(-1, keepdim=True)))
+        shift = torch.exp2(run - new).nan_to_num(0.0)
+        pt = fp16(torch.exp2(blk - new)).nan_to_num(0.0)
+        acc = acc * shift + pt @ v.float()[..., j0:j0 + 64, :]
+        lo = lo * shift + pt.sum(-1, keepdim=True)
+        run = new
+    oo = acc / lo.clamp_min(1e-30)
+    form("fp16 backward, the forward's running max per 64-key block", ph, lo, bf16(oo) + bf16(oo - bf16(oo)), fp16)
+    form("fp16 backward, dS by a packed multiply (two roundings)", ph, l, o_res, fp16, two_roundings=True)
+    lu = e.sum(-1, keepdim=True)
+    form("fp16 backward, l summed unrounded", ph, lu, fwd_o(ph, lu)[1], fp16)
+    form("fp16 backward, delta from the BF16 O alone", ph, l, bf16(o), fp16)
+    pb = bf16(e)
+    lb = pb.sum(-1, keepdim=True)
+    form("consistent bf16 P^, dO' = bf16(dO / l), fp16 dS", pb, lb, fwd_o(pb, lb)[1], bf16)
+    return rows
+
+
 def synthetic_states(n=1024, d=64, h=4, seed=7):
     """Stress-like inputs (names after the C++ stress cases they imitate, not the same values): Gaussian; keys
     sharing a large component; an attention sink (4 equal keys every query aligns with) over V of mean -1."""
@@ -176,7 +259,7 @@ def main(argv=None):
             name = os.path.basename(name).removesuffix(".safetensors")
         else:
             q, k, v, do = tensors
-        results.append((name, designs(q, k, v, do, causal, groups)))
+        results.append((name, designs(q, k, v, do, causal, groups) + fp16_designs(q, k, v, do, causal)))
     print_and_save(table(results), args.out)
 
 

@@ -1,7 +1,8 @@
 # bench/no_stats_designs.py: corrections of dQ without per-row sums across key blocks. On a small state whose keys
 # share a large component the forward's rounding reproduced in the backward (`consistent P`) makes the FP32 dS's
 # row sums vanish, so its unrounded dS is far more accurate than baseline, and giving the rounding errors back
-# against the group means helps; the group means themselves, and the script's errors and table file. Part of
+# against the group means helps; the FP16 family (session 24) far below baseline, with O's residual and the rounded
+# l_i both needed; the group means themselves, and the script's errors and table file. Part of
 # scripts/python_test.sh.
 import pytest
 import torch
@@ -39,6 +40,25 @@ def test_consistent_p_and_the_group_compensation():
         assert all(e is None or e > 0 for _, e in rows.values())
 
 
+def test_fp16_family():
+    nsd = script()
+    q, k, v, do = small_state(shared=8.0)
+    for causal in (False, True):
+        base = nsd.designs(q, k, v, do, causal, groups=(4,))[0]
+        rows = nsd.fp16_designs(q, k, v, do, causal)
+        by = dict((name.split(" + listed")[0] + (" + listed" if " + listed" in name else ""), errs)
+                  for name, *errs in rows)
+        fp = by["fp16 backward"]
+        assert base[0] == "baseline" and fp[0] < 0.2 * base[1] and fp[1] < 0.5 * base[2] and fp[2] < 0.5 * base[3]
+        assert by["fp16 backward + listed"][0] < fp[0]  # the listed entries' rounding given back
+        assert by["fp16 backward, delta from the BF16 O alone"][0] > 4 * fp[0]  # O's residual is needed
+        assert by["fp16 backward, l summed unrounded + listed"][0] > by["fp16 backward + listed"][0]
+        assert fp[0] < by["fp16 backward, dS by a packed multiply (two roundings)"][0] < 2 * fp[0]
+        online = by["fp16 backward, the forward's running max per 64-key block"]
+        assert abs(online[0] - fp[0]) < 0.05 * fp[0]  # the kernel's running max rounds as the final max does
+        assert all(e is None or 0 < e < 1 for errs in by.values() for e in errs)
+
+
 def test_errors_and_the_table_file(tmp_path, capsys):
     nsd = script()
     q, k, v, do = small_state()
@@ -48,6 +68,7 @@ def test_errors_and_the_table_file(tmp_path, capsys):
     nsd.main(["--state", str(good), "--group", "8", "--out", str(out)])
     text = out.read_text()
     assert text == capsys.readouterr().out and "eps by 8-key means" in text and not list(tmp_path.glob("t.md.tmp*"))
+    assert "fp16 backward + listed eps" in text
     with pytest.raises(SystemExit, match="--group must be >= 1"):
         nsd.main(["--state", str(good), "--group", "0"])
     with pytest.raises(SystemExit, match="give --state"):

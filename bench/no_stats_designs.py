@@ -26,8 +26,8 @@ bars, with the kernel's rounding points emulated in FP32 against float64 (docs/p
   power of two per head (max_i |dO_i / l_i| max_j |V_j| <= 2^14, so no product can overflow), dV = fp16(P^)^T dO'',
   dS'' = fp16(P^ (dP'' - delta'')) and dQ, dK from dS'' against Q, K in FP16. Variants: dS'' by one packed FP16
   multiply of fp16(P^) and fp16(dP'' - delta'') (two roundings, what saves the kernel a multiply per entry); l_i
-  summed from the unrounded P^ (the FP32 row sums of dS then do not vanish); delta from the BF16 O alone (no
-  residual); the forward's rounding done as a kernel does it (64-key blocks against the running integer max,
+  summed from the unrounded P^ (the FP32 row sums of dS then do not vanish); delta from the BF16 O alone or from
+  an FP16 O (no residual); the forward's rounding done as a kernel does it (64-key blocks against the running integer max,
   rescaled by exact powers of two), which must agree with the backward's rounding against the final max; and the
   forward's P^ and V kept in BF16 with dO' = bf16(dO / l) (`consistent bf16 P^, fp16 dS`).
 - `+ listed eps`: the rounding errors of dS at the entries with P >= 1/16 (the lists thresh-lowrank keeps) given
@@ -199,6 +199,7 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
     lu = e.sum(-1, keepdim=True)
     form("fp16 backward, l summed unrounded", ph, lu, fwd_o(ph, lu)[1], fp16)
     form("fp16 backward, delta from the BF16 O alone", ph, l, bf16(o), fp16)
+    form("fp16 backward, delta from an FP16 O (no residual)", ph, l, fp16(o), fp16)
     pb = bf16(e)
     lb = pb.sum(-1, keepdim=True)
     form("consistent bf16 P^, dO' = bf16(dO / l), fp16 dS", pb, lb, fwd_o(pb, lb)[1], bf16)

@@ -31,7 +31,9 @@ bars, with the kernel's rounding points emulated in FP32 against float64 (docs/p
   rescaled by exact powers of two), which must agree with the backward's rounding against the final max; and the
   forward's P^ and V kept in BF16 with dO' = bf16(dO / l) (`consistent bf16 P^, fp16 dS`).
 - `+ listed eps`: the rounding errors of dS at the entries with P >= 1/16 (the lists thresh-lowrank keeps) given
-  back to dQ exactly: dQ_i += sum_{listed j} eps_ij K_j, a post-pass over the lists.
+  back to dQ exactly: dQ_i += sum_{listed j} eps_ij K_j, a post-pass over the lists. With causal masking also the
+  same for every entry of keys 0-3 and of the 64 keys up to each row's diagonal, with no lists: where trained
+  causal heads put their large entries (a property of these states, not a rule).
 
 `pweighted` (the kernel's projection with the backward's statistics) and `baseline` are the references. dK and dV
 are reported for the forms that change dS or P themselves (the group corrections only add to dQ). CPU only (torch);
@@ -155,7 +157,7 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
     vmax = v.float().norm(dim=-1, keepdim=True).amax(-2, keepdim=True)  # max_j |V_j| per head
     rows = []
 
-    def form(name, ph, l, o_used, rnd_do, two_roundings=False):
+    def form(name, ph, l, o_used, rnd_do, two_roundings=False, structural=False):
         """ph: the rounded P^ both passes use; l: the forward's row sums; o_used: the O delta is formed from."""
         l = l.clamp_min(1e-30)
         dov = do.float() / l
@@ -173,6 +175,12 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
         listed = (ph >= list_threshold * l).double()
         rows.append((f"{name} + listed eps (P >= 1/{round(1 / list_threshold)}, {listed.sum(-1).mean():.1f} a row)",
                      err(scale * (dsd + eps * listed) @ k, dq64), None, None))
+        if causal and structural:  # no lists: every entry of keys 0-3 and of the 64 keys up to the diagonal
+            i = torch.arange(ph.shape[-2]).unsqueeze(-1) + (ph.shape[-1] - ph.shape[-2])
+            j = torch.arange(ph.shape[-1]).unsqueeze(0)
+            band = ((j < 4) | ((i - j >= 0) & (i - j < 64))).double()
+            rows.append((f"{name} + eps of keys 0-3 and the 64 keys up to the diagonal (no lists)",
+                         err(scale * (dsd + eps * band) @ k, dq64), None, None))
 
     def fwd_o(ph, l):
         o = ph @ v.float() / l.clamp_min(1e-30)
@@ -181,7 +189,7 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
     ph = fp16(e)
     l = ph.sum(-1, keepdim=True)
     o, o_res = fwd_o(ph, l)
-    form("fp16 backward", ph, l, o_res, fp16)
+    form("fp16 backward", ph, l, o_res, fp16, structural=True)
     # the forward as a kernel runs it: 64-key blocks, each rounded against the running integer max of the blocks so
     # far, the sums and O rescaled by exact powers of two; the backward rounds against the final max
     acc, lo, run = torch.zeros_like(o), torch.zeros_like(l), torch.full_like(l, -float("inf"))
@@ -195,7 +203,8 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
         run = new
     oo = acc / lo.clamp_min(1e-30)
     form("fp16 backward, the forward's running max per 64-key block", ph, lo, bf16(oo) + bf16(oo - bf16(oo)), fp16)
-    form("fp16 backward, dS by a packed multiply (two roundings)", ph, l, o_res, fp16, two_roundings=True)
+    form("fp16 backward, dS by a packed multiply (two roundings)", ph, l, o_res, fp16, two_roundings=True,
+         structural=True)
     lu = e.sum(-1, keepdim=True)
     form("fp16 backward, l summed unrounded", ph, lu, fwd_o(ph, lu)[1], fp16)
     form("fp16 backward, delta from the BF16 O alone", ph, l, bf16(o), fp16)

@@ -27,9 +27,11 @@ bars, with the kernel's rounding points emulated in FP32 against float64 (docs/p
   dS'' = fp16(P^ (dP'' - delta'')) and dQ, dK from dS'' against Q, K in FP16. Variants: dS'' by one packed FP16
   multiply of fp16(P^) and fp16(dP'' - delta'') (two roundings, what saves the kernel a multiply per entry); l_i
   summed from the unrounded P^ (the FP32 row sums of dS then do not vanish); delta from the BF16 O alone or from
-  an FP16 O (no residual); the forward's rounding done as a kernel does it (64-key blocks against the running integer max,
-  rescaled by exact powers of two), which must agree with the backward's rounding against the final max; and the
-  forward's P^ and V kept in BF16 with dO' = bf16(dO / l) (`consistent bf16 P^, fp16 dS`).
+  an FP16 O (no residual); the forward's rounding done as a kernel does it (64-key blocks against the running
+  integer max, rescaled by exact powers of two), which must agree with the backward's rounding against the final
+  max; and the forward's P^ and V kept in BF16 with dO' = bf16(dO / l) (`consistent bf16 P^, fp16 dS`). Q, K and
+  V are taken as exact in FP16, which holds when a tensor's nonzero magnitudes span less than ~2^31 (the two real
+  states: at most 2^25.4).
 - `+ listed eps`: the rounding errors of dS at the entries with P >= 1/16 (the lists thresh-lowrank keeps) given
   back to dQ exactly: dQ_i += sum_{listed j} eps_ij K_j, a post-pass over the lists. With causal masking also the
   same for every entry of keys 0-3 and of the 64 keys up to each row's diagonal, with no lists: where trained

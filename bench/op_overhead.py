@@ -27,14 +27,25 @@ from attention_bench import timed as median_s  # noqa: E402  (median seconds: CU
 from gproj import _C  # noqa: E402
 
 
+def _profile(activities):
+    """torch.profiler.profile over one cycle. acc_events=True where this torch has it: the events are the same for a
+    single cycle, and newer torch (2.15) otherwise warns at the end that a cycle's events were cleared."""
+    import inspect
+
+    from torch.profiler import profile
+    if "acc_events" in inspect.signature(profile.__init__).parameters:
+        return profile(activities=activities, acc_events=True)
+    return profile(activities=activities)
+
+
 def kernel_times(fn, device):
     """{kernel or memset name: device µs} of one fn() under torch.profiler (empty on the CPU)."""
     if device != "cuda":
         return {}
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with _profile([ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     out = {}
@@ -57,12 +68,12 @@ def host_timeline(fn, device, trace_path=None):
     to the first kernel launch, the last launch, the first GPU activity and the last GPU activity's end, and the
     GPU's idle time between its first and last activity (None for the GPU entries on the CPU); with trace_path,
     also the Chrome trace there (written atomically)."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    with profile(activities=acts) as prof:
+    with _profile(acts) as prof:
         fn()
         if device == "cuda":
             torch.cuda.synchronize()

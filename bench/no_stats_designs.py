@@ -68,17 +68,24 @@ def group_means(k, g):
     return out
 
 
+def err(x, ref):
+    """The relative error of x against ref over the whole tensor."""
+    return float((x - ref).norm() / ref.norm())
+
+
+def float64_grads(q, k, v, do, causal):
+    """row_entries.float64_reference of one state, and its float64 dQ, dK, dV (scaled as the kernels' outputs)."""
+    ref = float64_reference(q, k, v, do, causal)
+    dq64, dk64 = ref.scale * ref.ds64 @ ref.k, ref.scale * ref.ds64.transpose(-1, -2) @ ref.q
+    return ref, dq64, dk64, ref.p64.transpose(-1, -2) @ ref.do
+
+
 def designs(q, k, v, do, causal, groups=(8, 16, 64)):
     """dQ (and dK where dS changes) relative errors against float64 of each correction, for one state ((B, N, H, D)
     tensors, keys and values possibly with fewer heads). Returns a list of (name, dQ error, dK error or None, dV error
     or None)."""
-    ref = float64_reference(q, k, v, do, causal)
-    scale, qh, k, v, do, p64, ds64, p = ref.scale, ref.q, ref.k, ref.v, ref.do, ref.p64, ref.ds64, ref.p
-    dq64, dk64 = scale * ds64 @ k, scale * ds64.transpose(-1, -2) @ qh
-    dv64 = p64.transpose(-1, -2) @ do
-
-    def err(x, ref):
-        return float((x - ref).norm() / ref.norm())
+    ref, dq64, dk64, dv64 = float64_grads(q, k, v, do, causal)
+    scale, qh, k, v, do, p = ref.scale, ref.q, ref.k, ref.v, ref.do, ref.p
 
     def dq(ds_used, keys=k):
         return err(scale * ds_used @ keys, dq64)
@@ -145,14 +152,8 @@ def fp16(x):
 
 def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
     """The FP16 family (module docstring): rows (name, dQ error, dK error, dV error or None) as designs()."""
-    ref = float64_reference(q, k, v, do, causal)
-    scale, qh, k, v, do, p64, ds64 = ref.scale, ref.q, ref.k, ref.v, ref.do, ref.p64, ref.ds64
-    dq64, dk64 = scale * ds64 @ k, scale * ds64.transpose(-1, -2) @ qh
-    dv64 = p64.transpose(-1, -2) @ do
-
-    def err(x, r):
-        return float((x - r).norm() / r.norm())
-
+    ref, dq64, dk64, dv64 = float64_grads(q, k, v, do, causal)
+    scale, qh, k, v, do = ref.scale, ref.q, ref.k, ref.v, ref.do
     s2 = ref.s.float() * LOG2E
     m = torch.ceil(s2.amax(-1, keepdim=True)).nan_to_num(0.0, posinf=0.0, neginf=0.0)
     e = torch.exp2(s2 - m).nan_to_num(0.0)

@@ -34,8 +34,16 @@ bars, with the kernel's rounding points emulated in FP32 against float64 (docs/p
   states: at most 2^25.4).
 - `+ listed eps`: the rounding errors of dS at the entries with P >= 1/16 (the lists thresh-lowrank keeps) given
   back to dQ exactly: dQ_i += sum_{listed j} eps_ij K_j, a post-pass over the lists. With causal masking also the
-  same for every entry of keys 0-3 and of the 64 keys up to each row's diagonal, with no lists: where trained
-  causal heads put their large entries (a property of these states, not a rule).
+  same for every entry of a fixed band, with no lists: keys 0-3 and the 64 keys up to each row's diagonal, or keys
+  0-3 and the row's diagonal 64 x 64 tile (the tile a KV-outer kernel masks): where trained causal heads put their
+  large entries (a property of these states, not a rule).
+- `dQ against fp16(K - mean K)` (session 25): in this family the FP32 dS sums to zero per row, so dQ_i =
+  sum_j dS_ij (K_j - c) for any one key c per head; with c the head's mean key the rounding errors no longer
+  multiply the keys' shared component. It costs a kernel nothing (its K copy is centred), alone and with the give-
+  backs above. A row that sees no key (l_i = 0) takes dO'' = 0, as a kernel would.
+
+The C++ stress suite runs here through the files `gproj stress --write DIR` writes (session 25):
+`python3 bench/no_stats_designs.py $(for f in DIR/*.safetensors; do echo --state $f; done)`.
 
 `pweighted` (the kernel's projection with the backward's statistics) and `baseline` are the references. dK and dV
 are reported for the forms that change dS or P themselves (the group corrections only add to dQ). CPU only (torch);
@@ -160,10 +168,18 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
     vmax = v.float().norm(dim=-1, keepdim=True).amax(-2, keepdim=True)  # max_j |V_j| per head
     rows = []
 
+    kc = fp16(k.float() - k.float().mean(-2, keepdim=True)).double()  # K less its head's mean key, as FP16 holds it
+    nq, nk = e.shape[-2], e.shape[-1]
+    i = torch.arange(nq).unsqueeze(-1) + (nk - nq)  # each row's last visible key (bottom-right causal alignment)
+    j = torch.arange(nk).unsqueeze(0)
+    bands = (("keys 0-3 and the 64 keys up to the diagonal", ((j < 4) | ((i - j >= 0) & (i - j < 64))).double()),
+             ("keys 0-3 and the row's diagonal 64 x 64 tile", ((j < 4) | ((j // 64 == i // 64) & (j <= i))).double()))
+
     def form(name, ph, l, o_used, rnd_do, two_roundings=False, structural=False):
-        """ph: the rounded P^ both passes use; l: the forward's row sums; o_used: the O delta is formed from."""
+        """ph: the rounded P^ both passes use; l: the forward's row sums; o_used: the O delta is formed from. A row
+        that sees no key (l = 0) gets dO'' = 0, as a kernel would give it."""
+        dov = torch.where(l > 0, do.float() / l.clamp_min(1e-30), torch.zeros((), dtype=torch.float32))
         l = l.clamp_min(1e-30)
-        dov = do.float() / l
         # one power of two per head: every |dP''|, |delta''| <= 2^14 (with dO' in BF16 the kernel scales dS instead)
         bound = (dov.norm(dim=-1, keepdim=True).amax(-2, keepdim=True) * vmax).clamp_min(1e-30)
         sc = torch.exp2(14 - torch.ceil(torch.log2(bound)))
@@ -178,12 +194,18 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
         listed = (ph >= list_threshold * l).double()
         rows.append((f"{name} + listed eps (P >= 1/{round(1 / list_threshold)}, {listed.sum(-1).mean():.1f} a row)",
                      err(scale * (dsd + eps * listed) @ k, dq64), None, None))
-        if causal and structural:  # no lists: every entry of keys 0-3 and of the 64 keys up to the diagonal
-            i = torch.arange(ph.shape[-2]).unsqueeze(-1) + (ph.shape[-1] - ph.shape[-2])
-            j = torch.arange(ph.shape[-1]).unsqueeze(0)
-            band = ((j < 4) | ((i - j >= 0) & (i - j < 64))).double()
-            rows.append((f"{name} + eps of keys 0-3 and the 64 keys up to the diagonal (no lists)",
-                         err(scale * (dsd + eps * band) @ k, dq64), None, None))
+        if causal and structural:  # no lists: every entry of a fixed band of keys
+            for what, band in bands:
+                rows.append((f"{name} + eps of {what} (no lists)", err(scale * (dsd + eps * band) @ k, dq64), None,
+                             None))
+        if structural:  # dQ against K less its mean: the same gradient when dS's rows sum to zero, as here
+            cn = f"{name}, dQ against fp16(K - mean K)"
+            rows.append((cn, err(scale * dsd @ kc, dq64), None, None))
+            rows.append((f"{cn} + listed eps", err(scale * (dsd + eps * listed) @ kc, dq64), None, None))
+            if causal:
+                for what, band in bands:
+                    rows.append((f"{cn} + eps of {what} (no lists)", err(scale * (dsd + eps * band) @ kc, dq64), None,
+                                 None))
 
     def fwd_o(ph, l):
         o = ph @ v.float() / l.clamp_min(1e-30)

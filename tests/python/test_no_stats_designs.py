@@ -2,7 +2,8 @@
 # share a large component the forward's rounding reproduced in the backward (`consistent P`) makes the FP32 dS's
 # row sums vanish, so its unrounded dS is far more accurate than baseline, and giving the rounding errors back
 # against the group means helps; the FP16 family (session 24) far below baseline, with O's residual and the rounded
-# l_i both needed; the group means themselves, and the script's errors and table file. Part of
+# l_i both needed, and dQ against K less its mean key helping where keys share a component; rows that see no key;
+# the group means themselves, and the script's errors and table file. Part of
 # scripts/python_test.sh.
 import pytest
 import torch
@@ -57,6 +58,25 @@ def test_fp16_family():
         online = by["fp16 backward, the forward's running max per 64-key block"]
         assert abs(online[0] - fp[0]) < 0.05 * fp[0]  # the kernel's running max rounds as the final max does
         assert all(e is None or 0 < e < 1 for errs in by.values() for e in errs)
+        # dQ against K less its mean key: the keys' shared component no longer multiplies the rounding errors
+        assert by["fp16 backward, dQ against fp16(K - mean K)"][0] < 0.5 * fp[0]
+        if causal:  # 64 keys: the band and the diagonal tile each hold every visible entry, so every eps comes back
+            band = by["fp16 backward + eps of keys 0-3 and the 64 keys up to the diagonal (no lists)"][0]
+            assert band < 0.5 * fp[0]
+            assert by["fp16 backward + eps of keys 0-3 and the row's diagonal 64 x 64 tile (no lists)"][0] == band
+
+
+def test_fp16_family_rows_that_see_no_key():
+    # causal with Nq > Nk: the first 16 rows see no key (l = 0). Their dO'' is zero, as a kernel's would be; before
+    # session 25 their dO / l set the head's power of two and every other row's dO'' underflowed (NaN on the C++
+    # stress suite's masked-rows).
+    nsd = script()
+    _, k, v, _ = small_state(shared=8.0)
+    g = torch.Generator().manual_seed(3)
+    q, do = (torch.randn(1, 80, 2, 16, generator=g).bfloat16().float() for _ in range(2))
+    by = dict((name, errs) for name, *errs in nsd.fp16_designs(q, k, v, do, True))
+    assert all(e is None or 0 < e < 1 for errs in by.values() for e in errs)
+    assert by["fp16 backward"][0] < 0.01
 
 
 def test_errors_and_the_table_file(tmp_path, capsys):

@@ -358,6 +358,7 @@ __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
   if (idx >= static_cast<uint32_t>(p.B) * p.Nk * p.Hkv * p.D) return;
   const auto [b, j, hk, d] = decode_bnhd(idx, p.Nk, p.Hkv, p.D);
   const int group = p.H / p.Hkv;
+  const bool with_dv = (p.dkv_direct & 1) == 0;  // v3.34 bit 1: the main kernel stored dV (bits 1 and 2: not run)
   float4 dk = make_float4(0.0f, 0.0f, 0.0f, 0.0f), dv = dk;
   for (int g = 0; g < group; ++g) {
     const int64_t bh = static_cast<int64_t>(b) * p.H + hk * group + g, row = bh * p.Nk + j;
@@ -366,12 +367,14 @@ __global__ void bwd_postprocess_dkv_kernel(const KernelParams p) {
       const float4 s = *reinterpret_cast<const float4*>(p.suffix + bh * p.D + d);
       a.x -= s.x, a.y -= s.y, a.z -= s.z, a.w -= s.w;
     }
-    const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + row * p.D + d);
     dk.x += a.x, dk.y += a.y, dk.z += a.z, dk.w += a.w;
-    dv.x += v.x, dv.y += v.y, dv.z += v.z, dv.w += v.w;
+    if (with_dv) {
+      const float4 v = *reinterpret_cast<const float4*>(p.dv_acc + row * p.D + d);
+      dv.x += v.x, dv.y += v.y, dv.z += v.z, dv.w += v.w;
+    }
   }
   store_bf16_vec<4>(p.dk + idx, {p.scale * dk.x, p.scale * dk.y, p.scale * dk.z, p.scale * dk.w});
-  store_bf16_vec<4>(p.dv + idx, {dv.x, dv.y, dv.z, dv.w});
+  if (with_dv) store_bf16_vec<4>(p.dv + idx, {dv.x, dv.y, dv.z, dv.w});
 }
 
 }  // namespace gproj::cuda::detail

@@ -185,6 +185,66 @@ __device__ __forceinline__ void write_claimed_entries(const KernelParams& p, con
   }
 }
 
+// v3.34 (p.dkv_direct, where each kv head has one query head): this CTA's keys are all its head's, so their dV
+// (bit 1) and dK (bit 2) are final here. They go to the outputs as the dK/dV postprocess would form them from
+// dVacc, dKacc (bf16(dV), bf16(scale dK); the same bits, but for the sign of a zero), and the postprocess does not
+// run (bits 1 and 2) or forms dK only (bit 1: thresh-lowrank's dK correction needs dKacc). Before, the postprocess
+// read 2 x 4 and wrote 2 x 2 bytes per element: 101 us of baseline's backward at D = 128, N = 4k.
+// Each warpgroup stages a tensor's 64 rows in its own rows of sV (no other warpgroup reads them, and its own
+// products are done), 16-byte chunks XOR the row so that the accumulator layout's 4-byte stores and the 16-byte
+// reads each take the fewest wavefronts, then stores whole 128-byte row pieces. (Stored from the accumulator layout
+// straight to global memory, 16 contiguous bytes per row and instruction, the main kernel lost 30 / 60 us non-causal
+// / causal at D = 128, N = 4k; session 25, runs 1-3.) Indices from blockIdx and threadIdx here, not the kernel's
+// values (which would stay live across the main loop for it).
+template <int D, int kKeys>
+__device__ __forceinline__ void store_dk_dv_direct(const KernelParams& p, bf16_t* sV, const float (&dk)[D / 8][4],
+                                                   const float (&dv)[D / 8][4]) {
+  const bool dk_too = (p.dkv_direct & 2) != 0;
+  const int wg = threadIdx.x >> 7, ltid = threadIdx.x & 127, w4 = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3, b = blockIdx.z, hk = blockIdx.y / (p.H / p.Hkv);
+  const int key0 = blockIdx.x * kKeys + wg * 64;  // the warpgroup's first key
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    if (t == 1 && !dk_too) break;
+    const float sc = t == 0 ? 1.0f : p.scale;
+    const float(&acc)[D / 8][4] = t == 0 ? dv : dk;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = w4 * 16 + g + 8 * half, c = n & 7;
+        bf16_t* row = sV + (n >> 3) * kKeys * 64 + wg * 64 * 64 + r * 64;
+        reinterpret_cast<uint32_t*>(row + ((c ^ (r & 7)) << 3))[tq] =
+            pack_bf16(sc * acc[n][2 * half], sc * acc[n][2 * half + 1]);
+      }
+    wg_bar_sync(1 + wg);
+    bf16_t* out = t == 0 ? p.dv : p.dk;
+#pragma unroll
+    for (int kb = 0; kb < D / 64; ++kb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = ltid / 8 + 16 * i, c = ltid & 7, j = key0 + r;
+        const uint4 v = *reinterpret_cast<const uint4*>(sV + kb * kKeys * 64 + wg * 64 * 64 + r * 64 +
+                                                        ((c ^ (r & 7)) << 3));
+        const int64_t at = ((static_cast<int64_t>(b) * p.Nk + j) * p.Hkv + hk) * D + kb * 64 + c * 8;
+        if (j < p.Nk) *reinterpret_cast<uint4*>(out + at) = v;
+      }
+    wg_bar_sync(1 + wg);  // every lane has read the staged rows before the next tensor's are written
+  }
+  if (!dk_too) {  // thresh-lowrank: dK to dKacc, as store_dk_dv
+    const int64_t bh = static_cast<int64_t>(b) * p.H + blockIdx.y;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = key0 + w4 * 16 + g + 8 * half;
+      if (j >= p.Nk) continue;
+      float* dka = p.dk_acc + (bh * p.Nk + j) * D;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(dka + n * 8 + 2 * tq) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
+    }
+  }
+}
+
 // Bench-only ablation (CMake -DGPROJ_ABLATE=N, `ABLATE=N scripts/pack_bench.sh REV`): each bit removes one part
 // of thresh-lowrank's work from this kernel so that a bench can time it; the gradients are then wrong, and the
 // bench says so. 1: the statistics product (the record is zero), 2: bf16(P) into shared memory, 4: the record
@@ -767,8 +827,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   if constexpr (kDkComp) dk_compensate<D>(p.u_q + bh * D * kLowRank, ecomp, dk, lane);
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).
-  store_dk_dv<D>(p, bh, key_a - g, g, tq, reinterpret_cast<const float(&)[D / 8][4]>(dk),
-                 reinterpret_cast<const float(&)[D / 8][4]>(dv));
+  if (p.dkv_direct != 0) {
+    store_dk_dv_direct<D, BK>(p, sV, reinterpret_cast<const float(&)[D / 8][4]>(dk),
+                              reinterpret_cast<const float(&)[D / 8][4]>(dv));
+  } else {
+    store_dk_dv<D>(p, bh, key_a - g, g, tq, reinterpret_cast<const float(&)[D / 8][4]>(dk),
+                   reinterpret_cast<const float(&)[D / 8][4]>(dv));
+  }
 #else
   __trap();  // built without sm_90a: the launch file never selects this kernel then
 #endif

@@ -817,6 +817,12 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     }
   }
   *kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
+  // v3.34: with one query head per kv head the wgmma main kernel's dK, dV are final, and it stores them in BF16 (dV
+  // only for thresh-lowrank, whose dK correction reads dKacc); the dK/dV postprocess skips them.
+  // (v3.34c stores 16-byte pieces: dK and dV 16-byte aligned, as torch's allocations are.)
+  const bool dkv_aligned =
+      reinterpret_cast<uintptr_t>(dk.data) % 16 == 0 && reinterpret_cast<uintptr_t>(dv.data) % 16 == 0;
+  if (wg_version != 0 && p.H == p.Hkv && dkv_aligned) kp.dkv_direct = thresh ? 1 : 3;
   // v3.15's dQacc tiles (v3.2 at D = 128; v3.17, v3.1 at D = 64), read back through dq_acc_index
   kp.dq_tiled = (wg_version == 3 && p.D == 128) || (wg_version >= 2 && p.D == 64);
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
@@ -912,6 +918,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     detail::bwd_postprocess_dq_kernel<false><<<qgrid, kPost, 0, st>>>(kp);
   }
   if (Status e = last_error("backward dQ postprocess"); !e.ok) return e;
+  if (kp.dkv_direct == 3) return {};  // v3.34: the main kernel stored dK and dV
   detail::bwd_postprocess_dkv_kernel<false><<<kgrid, kPost, 0, st>>>(kp);
   return last_error("backward dK/dV postprocess");
 }

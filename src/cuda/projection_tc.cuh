@@ -763,8 +763,8 @@ __global__ void __launch_bounds__(kPostThreads, D == 64 ? 3 : 2) thresh_dkv_caus
   // outside and the kPasses keys inside, so that a head's kPasses loads are issued together; with the keys
   // outside, the loop over heads (a runtime count) kept each key's load behind the previous key's add: kPasses
   // memory latencies in a row, 35% of the kernel's stall samples (session 14, run 1's source page). The same
-  // sums in the same order.
-  {
+  // sums in the same order. (v3.34: not where the main kernel stored dV itself, p.dkv_direct bit 1.)
+  if ((p.dkv_direct & 1) == 0) {
     float4 dv[kPasses];
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) dv[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Session 25, run 3: v3.34b (s25-dkv-b), the probe s25-probe-nodirect (v3.34b's store compiled in, never
-# selected) and v3.34c (s25-dkv-c, staged in the V rows) against main's kernels (.ab_main): bench rows at D = 128
-# N = 4k and D = 64 N = 1k both ways (INPUTS, default Gaussian), then ncu per kernel of one warm backward at D = 128
-# (baseline and gproj). Outputs in $OUT/r.tgz.
+# Session 25, runs 1-4 (one script; each run's packs and settings in its command, README.md): v3.34's forms against
+# main's kernels (.ab_main), bench rows at D = 128 N = 4k and D = 64 N = 1k both ways (INPUTS, default Gaussian), then
+# ncu per kernel of one warm backward at D = 128 (baseline and gproj). Outputs in $OUT/r.tgz. Run 1's copy had
+# INPUTS="gaussian q4" written in, and also printed the forward's and the preprocess's ncu lines and grepped the
+# benches' stderr for mismatches (none).
+#   (run from a copy under .ab_s25/ in the repository root)
 set -u
 cd "$(dirname "$0")/.."
 export CUDA_VISIBLE_DEVICES=0 OMP_NUM_THREADS=16 OMP_WAIT_POLICY=passive

@@ -74,8 +74,9 @@ struct KernelParams {
   __nv_bfloat16* qu;                 // (B, H, Nq, 8) bf16(Q U_q)
   float* dk_acc;                     // (B, H, Nk, D) per query head
   float* dv_acc;                     // (B, H, Nk, D) per query head
-  int dkv_direct;                    // v3.34, one query head per kv head: the wgmma main kernel stores dV (bit 1)
-                                     // and dK (bit 2) in BF16 itself; the dK/dV postprocess skips what it wrote
+  int dkv_direct;                    // v3.34, one query head per kv head, dK and dV 16-byte aligned: the wgmma main
+                                     // kernel stores dV (bit 1) and dK (bit 2; not thresh-lowrank's, whose dK
+                                     // correction needs dKacc) in BF16 itself; the dK/dV postprocess skips them
   __nv_bfloat16 *dq, *dk, *dv;       // outputs, contiguous
 };
 

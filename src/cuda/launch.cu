@@ -818,8 +818,9 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   }
   *kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
   // v3.34: with one query head per kv head the wgmma main kernel's dK, dV are final, and it stores them in BF16 (dV
-  // only for thresh-lowrank, whose dK correction reads dKacc); the dK/dV postprocess skips them.
-  // (v3.34c stores 16-byte pieces: dK and dV 16-byte aligned, as torch's allocations are.)
+  // only for thresh-lowrank, whose dK correction reads dKacc); the dK/dV postprocess skips them. It stores 16-byte
+  // pieces, so dK and dV must be 16-byte aligned (torch's allocations are); 8-byte aligned ones take the
+  // accumulators and the postprocess as before.
   const bool dkv_aligned =
       reinterpret_cast<uintptr_t>(dk.data) % 16 == 0 && reinterpret_cast<uintptr_t>(dv.data) % 16 == 0;
   if (wg_version != 0 && p.H == p.Hkv && dkv_aligned) kp.dkv_direct = thresh ? 1 : 3;

@@ -472,6 +472,71 @@ TEST(Cuda, MisalignedWorkspaceIsRefused) {
   for (void* ptr : {x, lse, g, ws}) cudaFree(ptr);
 }
 
+// v3.34: with one query head per kv head and 16-byte aligned dK, dV, the wgmma main kernel stores them itself
+// (baseline: no dK/dV postprocess; gproj: dV, its dK still through dKacc). dK, dV only 8-byte aligned take the FP32
+// accumulators and the postprocess, as before v3.34. Both must give the same bits (a zero's sign aside), at D = 64
+// and 128, causal, with Nk not a multiple of the CTA's 128 keys. (gproj's dK is left out: both paths form it alike,
+// and thresh_dq's atomics for the listed entries make its last bits differ from run to run.)
+TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
+  GPROJ_REQUIRE_GPU();
+  const int64_t Nq = 200, Nk = 200, H = 2;
+  for (int64_t D : {64, 128}) {
+    const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, H, D, true, 91));
+    const size_t n = static_cast<size_t>(Nq * H * D);  // elements of each (1, N, H, D) tensor
+    std::vector<void*> held;
+    const auto alloc = [&](size_t bytes) {
+      void* ptr = nullptr;
+      EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+      held.push_back(ptr);
+      return ptr;
+    };
+    const auto dense = [&](void* ptr) {
+      cuda::DeviceTensor t;
+      t.data = ptr;
+      t.stride[0] = static_cast<int64_t>(n), t.stride[1] = H * D, t.stride[2] = D, t.stride[3] = 1;
+      return t;
+    };
+    const auto upload = [&](const Tensor<bf16>& t) {
+      void* ptr = alloc(t.values.size() * 2);
+      EXPECT_EQ(cudaMemcpy(ptr, t.values.data(), t.values.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      return dense(ptr);
+    };
+    const cuda::DeviceTensor q = upload(s.q), k = upload(s.k), v = upload(s.v), dout = upload(s.dout),
+                             o = dense(alloc(n * 2));
+    cuda::DeviceTensor lse, none;
+    lse.data = alloc(H * Nq * 4);
+    for (Variant var : {Variant::kBaseline, Variant::kGproj}) {
+      cuda::Problem p;
+      p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = p.Hkv = H, p.D = D;
+      p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+      p.params = test::params_for(var, Projection::kThreshLowRank);
+      p.params.causal = true;
+      ASSERT_TRUE(cuda::forward(p, q, k, v, o, lse, none, nullptr).ok);
+      std::vector<uint16_t> out[2][2];  // [aligned, 8 bytes past][dK, dV]
+      for (int shift : {0, 8}) {
+        char* g = static_cast<char*>(alloc(2 * n * 2 + 64));  // dK at g + shift, dV 32 bytes past its end
+        cuda::DeviceTensor dq = dense(alloc(n * 2)), dk = dense(g + shift), dv = dense(g + n * 2 + 32 + shift);
+        const cuda::Status st = cuda::backward(p, q, k, v, o, none, lse, dout, dq, dk, dv,
+                                               alloc(cuda::backward_workspace_bytes(p)), nullptr);
+        ASSERT_TRUE(st.ok) << st.message;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (int t = 0; t < 2; ++t) {
+          std::vector<uint16_t>& h = out[shift != 0][t];
+          h.resize(n);
+          ASSERT_EQ(cudaMemcpy(h.data(), t == 0 ? dk.data : dv.data, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        }
+      }
+      for (int t = var == Variant::kGproj ? 1 : 0; t < 2; ++t)
+        for (size_t i = 0; i < n; ++i) {
+          const uint16_t a = out[0][t][i], b = out[1][t][i];
+          ASSERT_TRUE(a == b || ((a | b) & 0x7fffu) == 0)  // equal, or +0 and -0
+              << variant_name(var) << " D = " << D << (t == 0 ? " dK" : " dV") << " element " << i;
+        }
+    }
+    for (void* ptr : held) cudaFree(ptr);
+  }
+}
+
 // Auto mode picks the wgmma kernels where they apply and says so (cuda::Status::kernels, in the audit's JSON).
 TEST(Cuda, DefaultsNameTheKernelsThatRan) {
   GPROJ_REQUIRE_GPU();

@@ -68,7 +68,8 @@ size_t backward_workspace_row_stride(const Problem& p);
 
 // dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D) BF16 from the forward's o, lse and dout (B, Nq, H, D).
 // o_fp32 is required by Variant::kFp32 (as on the CPU). `workspace` holds backward_workspace_bytes(p) bytes,
-// 16-byte aligned (an error otherwise).
+// 16-byte aligned (an error otherwise). dq, dk, dv must be 8-byte aligned; with H = Hkv, 16-byte aligned dk and dv
+// let the main kernel store them itself (v3.34, faster; the same values).
 Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                 const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse,
                 const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv,

@@ -192,20 +192,20 @@ def fp16_designs(q, k, v, do, causal, list_threshold=1.0 / 16):
         dv = err(ph.double().transpose(-1, -2) @ do2.double() / sc, dv64)
         rows.append((name, err(scale * dsd @ k, dq64), err(scale * dsd.transpose(-1, -2) @ qh, dk64), dv))
         listed = (ph >= list_threshold * l).double()
-        rows.append((f"{name} + listed eps (P >= 1/{round(1 / list_threshold)}, {listed.sum(-1).mean():.1f} a row)",
-                     err(scale * (dsd + eps * listed) @ k, dq64), None, None))
-        if causal and structural:  # no lists: every entry of a fixed band of keys
-            for what, band in bands:
-                rows.append((f"{name} + eps of {what} (no lists)", err(scale * (dsd + eps * band) @ k, dq64), None,
-                             None))
+        listed_name = f"listed eps (P >= 1/{round(1 / list_threshold)}, {listed.sum(-1).mean():.1f} a row)"
+
+        def give_backs(label, keys):  # the listed entries' eps, and with causal masking each fixed band's
+            rows.append((f"{label} + {listed_name}", err(scale * (dsd + eps * listed) @ keys, dq64), None, None))
+            if causal and structural:  # no lists: every entry of a fixed band of keys
+                for what, band in bands:
+                    rows.append((f"{label} + eps of {what} (no lists)", err(scale * (dsd + eps * band) @ keys, dq64),
+                                 None, None))
+
+        give_backs(name, k)
         if structural:  # dQ against K less its mean: the same gradient when dS's rows sum to zero, as here
             cn = f"{name}, dQ against fp16(K - mean K)"
             rows.append((cn, err(scale * dsd @ kc, dq64), None, None))
-            rows.append((f"{cn} + listed eps", err(scale * (dsd + eps * listed) @ kc, dq64), None, None))
-            if causal:
-                for what, band in bands:
-                    rows.append((f"{cn} + eps of {what} (no lists)", err(scale * (dsd + eps * band) @ kc, dq64), None,
-                                 None))
+            give_backs(cn, kc)
 
     def fwd_o(ph, l):
         o = ph @ v.float() / l.clamp_min(1e-30)

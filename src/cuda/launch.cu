@@ -372,19 +372,21 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc (B H Nq' D, Nq' = Nq rounded up to 16 for
 // v3.15's row groups) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
-// head; none otherwise, v1.30) | dk_acc, dv_acc (B H Nk D)
-// and, for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
+// head; none otherwise, v1.30)
+// | for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
 // list_count (B H Nq) | pku (B H Nq 8) | head_done (B H, padded to 4 words); then rest (B H Nq) | list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
 // u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: gram_q (B H chunks D D) |
-// u_q (B H D 8) | qu (B H Nq 8 BF16)].
+// u_q (B H D 8) | qu (B H Nq 8 BF16)]
+// | dk_acc, dv_acc (B H Nk D) last: a backward whose main kernel stores dK and dV itself (v3.34) needs neither or
+// only dk_acc, and a workspace sized for its tensors ends before them.
 struct Workspace {
-  size_t row, q, k, pk = 0;
+  size_t row, q, dk, dv, pk = 0;
   size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0, gram_q = 0, u_q = 0, qu = 0;
-  size_t words() const {
-    return 3 * row + q + pk + 2 * k +
-           (list ? thresh_zeroed() + row + 2 * list + part + gram + u + ku + gram_q + u_q + qu : 0);
+  size_t thresh_words() const {
+    return list ? thresh_zeroed() + row + 2 * list + part + gram + u + ku + gram_q + u_q + qu : 0;
   }
+  size_t words() const { return 3 * row + q + pk + thresh_words() + dk + dv; }
   size_t thresh_zeroed() const { return row + pku + heads; }  // list_count, pku, head_done
   size_t bytes() const { return sizeof(float) * words(); }
 };
@@ -396,11 +398,15 @@ int k_gram_chunks(const Problem& p) {
 
 // Every region starts on a 16-byte boundary: the per-row regions are padded to a multiple of 4 words (float2
 // atomics on dq_acc and pku need 8 bytes, cp.async of K U 16; an odd B H Nq used to misalign them).
-Workspace layout(const Problem& p) {
+// dkv_direct: KernelParams::dkv_direct of the backward that will run (bit 1: dV stored by the main kernel, bit 2:
+// dK), whose accumulators are left out; -1 (the default): unknown, both kept (the most any backward needs).
+Workspace layout(const Problem& p, int dkv_direct = -1) {
   const size_t rows = static_cast<size_t>(p.B * p.H * p.Nq);
+  const size_t kv = static_cast<size_t>(p.B * p.H * p.Nk * p.D);
+  const bool keep_dk = dkv_direct < 0 || (dkv_direct & 2) == 0, keep_dv = dkv_direct < 0 || (dkv_direct & 1) == 0;
   // dq_acc: rows rounded up to 16 per head, the v3.15 tiles' row groups (dq_acc_index).
   Workspace w{(rows + 3) / 4 * 4, static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16 * 16) * p.D),
-              static_cast<size_t>(p.B * p.H * p.Nk * p.D)};
+              keep_dk ? kv : 0, keep_dv ? kv : 0};
   if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
     w.pk = (static_cast<size_t>(p.B * p.H * p.D) + 3) / 4 * 4;
@@ -705,80 +711,31 @@ size_t backward_workspace_row_stride(const Problem& p) { return layout(p).row; }
 
 namespace {
 
-Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
-                       const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse,
-                       const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
-                       const DeviceTensor& dv, void* workspace, void* stream, std::string* kernels) {
-  for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v),
-                   check_tensor("o", o), check_tensor("do", dout)})
-    if (!s.ok) return s;
-  if (lse.data == nullptr || dq.data == nullptr || dk.data == nullptr || dv.data == nullptr || workspace == nullptr) {
-    return fail(ErrorCode::kInvalidArgument, "lse, dq, dk, dv and the workspace are required");
-  }
-  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {  // 16-byte loads, cp.async and bulk copies of its regions
-    return fail(ErrorCode::kInvalidArgument, "the workspace must be 16-byte aligned (cudaMalloc's and torch's "
-                                             "allocations are); got an address " +
-                                                 std::to_string(reinterpret_cast<uintptr_t>(workspace) % 16) +
-                                                 " bytes past a 16-byte boundary");
-  }
-  const bool fp32 = p.params.variant == Variant::kFp32;
-  if (fp32 && o_fp32.data == nullptr) {
-    return fail(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");
-  }
-  const bool pweighted = effective_projection(p.params) == Projection::kPWeighted;
+// What backward() will run for these tensors, decided before any device memory is touched: the main kernel's
+// version, whether it stores dK and dV itself, its TMA descriptors. backward() and the tensors' workspace query
+// share it, so a workspace sized by the one is what the other lays out.
+struct BackwardPlan {
+  bool tc = false;  // q, k, v, do rows 16-byte aligned
+  int wg_version = 0;
+  int dkv_direct = 0;  // KernelParams::dkv_direct
+  detail::TmaMaps maps{};
+  std::string kernels;
+};
+
+// The checks and choices of backward() that depend on q, k, v, do, dq, dk, dv and the parameters (the problem and
+// those tensors' strides checked before).
+Status plan_backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                     const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv,
+                     BackwardPlan* plan) {
   const bool thresh = effective_projection(p.params) == Projection::kThreshLowRank;
-  KernelParams kp = base_params(p);
-  kp.q = strided(q);
-  kp.k = strided(k);
-  kp.v = strided(v);
-  kp.o = strided(o);
-  kp.dout = strided(dout);
-  kp.o_fp32 = fp32 ? static_cast<const float*>(o_fp32.data) : nullptr;
-  kp.lse = static_cast<const float*>(lse.data);
-  const Workspace w = layout(p);
-  float* ws = static_cast<float*>(workspace);
-  kp.delta = ws;
-  kp.rowsum = ws + w.row;
-  kp.psum = ws + 2 * w.row;
-  kp.dq_acc = ws + 3 * w.row;
-  kp.pk = w.pk != 0 ? kp.dq_acc + w.q : nullptr;
-  kp.dk_acc = kp.dq_acc + w.q + w.pk;
-  kp.dv_acc = kp.dk_acc + w.k;
-  if (thresh) {
-    float* t = kp.dv_acc + w.k;  // the zeroed regions first
-    kp.list_count = reinterpret_cast<int*>(t);
-    kp.pku = t + w.row;
-    kp.head_done = reinterpret_cast<int*>(kp.pku + w.pku);
-    float* r = t + w.thresh_zeroed();  // then the written ones
-    kp.rest = r;
-    kp.list_j = reinterpret_cast<int*>(r + w.row);
-    kp.list_p = r + w.row + w.list;
-    kp.part = kp.list_p + w.list;
-    kp.gram = kp.part + w.part;
-    kp.u = kp.gram + w.gram;
-    kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
-    if (w.qu != 0) {
-      kp.gram_q = kp.u + w.u + w.ku;
-      kp.u_q = kp.gram_q + w.gram_q;
-      kp.qu = reinterpret_cast<__nv_bfloat16*>(kp.u_q + w.u_q);
-    }
-    kp.suffix = kp.pk;
-    kp.list_cap = p.params.thresh_k;
-    kp.thresh = 1.0f / static_cast<float>(p.params.thresh_k);
-    kp.thresh_unrounded = bf16_threshold(kp.thresh);
-  }
-  kp.dq = static_cast<__nv_bfloat16*>(dq.data);
-  kp.dk = static_cast<__nv_bfloat16*>(dk.data);
-  kp.dv = static_cast<__nv_bfloat16*>(dv.data);
-  const auto st = static_cast<cudaStream_t>(stream);
   const bool tc = rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
+  plan->tc = tc;
   // The backward main kernel: v3.2 / v3.1 (wgmma, TMA) by default where they apply, else the v1 kernels; an explicit
   // request for a wgmma version is refused, not rerouted, where that version does not apply.
   const Variant var = p.params.variant;
   const bool plain = var == Variant::kBaseline || var == Variant::kFwdfix;
   const bool common = tc && !p.params.deterministic && p.params.cuda_backward_warps == 4;
-  const bool v31_applies = common && (plain || (var == Variant::kGproj &&
-                                                effective_projection(p.params) == Projection::kThreshLowRank));
+  const bool v31_applies = common && (plain || (var == Variant::kGproj && thresh));
   int wg_version = p.params.cuda_backward_wgmma;
   if (wg_version < -1 || wg_version > 4) {
     return fail(ErrorCode::kInvalidArgument, "cuda_backward_wgmma must be -1 (auto), 0 (the v1 kernels), 1 (v3.0), "
@@ -809,23 +766,19 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
                 "rank " + std::to_string(p.params.dk_compensation_rank) + ", D = " + std::to_string(p.D) +
                     " (the CPU emulator takes any rank and D)");
   }
-  detail::TmaMaps maps{};
   if (wg_version >= 2) {  // the driver may refuse a descriptor (e.g. zero strides): auto mode then takes v1
-    if (Status ms = bwd_tma_maps(&maps, p, q, k, v, dout); !ms.ok) {
+    if (Status ms = bwd_tma_maps(&plan->maps, p, q, k, v, dout); !ms.ok) {
       if (p.params.cuda_backward_wgmma != -1 || dk_comp) return ms;  // (v1 has no dK compensation)
       wg_version = 0;
     }
   }
-  *kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
   // v3.34: with one query head per kv head the wgmma main kernel's dK, dV are final, and it stores them in BF16 (dV
   // only for thresh-lowrank, whose dK correction reads dKacc); the dK/dV postprocess skips them. It stores 16-byte
   // pieces, so dK and dV must be 16-byte aligned (torch's allocations are); 8-byte aligned ones take the
   // accumulators and the postprocess as before.
   const bool dkv_aligned =
       reinterpret_cast<uintptr_t>(dk.data) % 16 == 0 && reinterpret_cast<uintptr_t>(dv.data) % 16 == 0;
-  if (wg_version != 0 && p.H == p.Hkv && dkv_aligned) kp.dkv_direct = thresh ? 1 : 3;
-  // v3.15's dQacc tiles (v3.2 at D = 128; v3.17, v3.1 at D = 64), read back through dq_acc_index
-  kp.dq_tiled = (wg_version == 3 && p.D == 128) || (wg_version >= 2 && p.D == 64);
+  plan->dkv_direct = wg_version != 0 && p.H == p.Hkv && dkv_aligned ? (thresh ? 1 : 3) : 0;
   for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
     if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
       return fail(ErrorCode::kInvalidArgument,
@@ -837,17 +790,117 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
                 "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of "
                 "q, k, v, do; the reference kernels for other rows implement projection pweighted");
   }
-  // v3.9: P (K U), s_i, U and bf16(K U) from the forward (Problem::forward_stats); no basis pre-pass here.
-  const bool fwd_stats = p.forward_stats != nullptr;
-  if (fwd_stats) {
-    if (!forward_stats_apply(p) || (wg_version != 2 && wg_version != 3)) {
-      return fail(ErrorCode::kUnsupported,
-                  "forward_stats need variant gproj with projection thresh-lowrank on the v3.1 / v3.2 backward "
-                  "(not deterministic, no dK compensation; the TMA descriptors must be accepted)");
-    }
-    set_stats_params(&kp, p, p.forward_stats);
-    *kernels += ", statistics from the forward";
+  if (p.forward_stats != nullptr && (!forward_stats_apply(p) || (wg_version != 2 && wg_version != 3))) {
+    return fail(ErrorCode::kUnsupported,
+                "forward_stats need variant gproj with projection thresh-lowrank on the v3.1 / v3.2 backward "
+                "(not deterministic, no dK compensation; the TMA descriptors must be accepted)");
   }
+  plan->wg_version = wg_version;
+  plan->kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
+  if (p.forward_stats != nullptr) plan->kernels += ", statistics from the forward";
+  return {};
+}
+
+}  // namespace
+
+size_t backward_workspace_bytes(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                                const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
+                                const DeviceTensor& dv) {
+  for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v),
+                   check_tensor("do", dout)})
+    if (!s.ok) return backward_workspace_bytes(p);  // backward() reports the error
+  BackwardPlan plan;
+  if (!plan_backward(p, q, k, v, dout, dq, dk, dv, &plan).ok) return backward_workspace_bytes(p);
+  return layout(p, plan.dkv_direct).bytes();
+}
+
+namespace {
+
+Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                       const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse,
+                       const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
+                       const DeviceTensor& dv, void* workspace, void* stream, std::string* kernels) {
+  for (Status s : {check_problem(p), check_tensor("q", q), check_tensor("k", k), check_tensor("v", v),
+                   check_tensor("o", o), check_tensor("do", dout)})
+    if (!s.ok) return s;
+  if (lse.data == nullptr || dq.data == nullptr || dk.data == nullptr || dv.data == nullptr || workspace == nullptr) {
+    return fail(ErrorCode::kInvalidArgument, "lse, dq, dk, dv and the workspace are required");
+  }
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {  // 16-byte loads, cp.async and bulk copies of its regions
+    return fail(ErrorCode::kInvalidArgument, "the workspace must be 16-byte aligned (cudaMalloc's and torch's "
+                                             "allocations are); got an address " +
+                                                 std::to_string(reinterpret_cast<uintptr_t>(workspace) % 16) +
+                                                 " bytes past a 16-byte boundary");
+  }
+  const bool fp32 = p.params.variant == Variant::kFp32;
+  if (fp32 && o_fp32.data == nullptr) {
+    return fail(ErrorCode::kInvalidArgument, "variant fp32 needs the forward's FP32 O (o_fp32)");
+  }
+  BackwardPlan plan;
+  if (Status s = plan_backward(p, q, k, v, dout, dq, dk, dv, &plan); !s.ok) return s;
+  const Workspace w = layout(p, plan.dkv_direct);
+  if (p.workspace_bytes != 0 && p.workspace_bytes < w.bytes()) {
+    return fail(ErrorCode::kInvalidArgument,
+                "the workspace holds " + std::to_string(p.workspace_bytes) + " bytes (Problem::workspace_bytes); this "
+                "backward needs " + std::to_string(w.bytes()) + " (backward_workspace_bytes with these tensors)");
+  }
+  const bool pweighted = effective_projection(p.params) == Projection::kPWeighted;
+  const bool thresh = effective_projection(p.params) == Projection::kThreshLowRank;
+  const int wg_version = plan.wg_version;
+  const detail::TmaMaps& maps = plan.maps;
+  *kernels = plan.kernels;
+  KernelParams kp = base_params(p);
+  kp.q = strided(q);
+  kp.k = strided(k);
+  kp.v = strided(v);
+  kp.o = strided(o);
+  kp.dout = strided(dout);
+  kp.o_fp32 = fp32 ? static_cast<const float*>(o_fp32.data) : nullptr;
+  kp.lse = static_cast<const float*>(lse.data);
+  float* ws = static_cast<float*>(workspace);
+  kp.delta = ws;
+  kp.rowsum = ws + w.row;
+  kp.psum = ws + 2 * w.row;
+  kp.dq_acc = ws + 3 * w.row;
+  kp.pk = w.pk != 0 ? kp.dq_acc + w.q : nullptr;
+  float* const after_pk = kp.dq_acc + w.q + w.pk;
+  if (thresh) {
+    float* t = after_pk;  // the zeroed regions first
+    kp.list_count = reinterpret_cast<int*>(t);
+    kp.pku = t + w.row;
+    kp.head_done = reinterpret_cast<int*>(kp.pku + w.pku);
+    float* r = t + w.thresh_zeroed();  // then the written ones
+    kp.rest = r;
+    kp.list_j = reinterpret_cast<int*>(r + w.row);
+    kp.list_p = r + w.row + w.list;
+    kp.part = kp.list_p + w.list;
+    kp.gram = kp.part + w.part;
+    kp.u = kp.gram + w.gram;
+    kp.ku = reinterpret_cast<__nv_bfloat16*>(kp.u + w.u);
+    if (w.qu != 0) {
+      kp.gram_q = kp.u + w.u + w.ku;
+      kp.u_q = kp.gram_q + w.gram_q;
+      kp.qu = reinterpret_cast<__nv_bfloat16*>(kp.u_q + w.u_q);
+    }
+    kp.suffix = kp.pk;
+    kp.list_cap = p.params.thresh_k;
+    kp.thresh = 1.0f / static_cast<float>(p.params.thresh_k);
+    kp.thresh_unrounded = bf16_threshold(kp.thresh);
+  }
+  // dKacc, dVacc last, where this backward uses them (null where the main kernel stores dK, dV itself)
+  kp.dk_acc = w.dk != 0 ? after_pk + w.thresh_words() : nullptr;
+  kp.dv_acc = w.dv != 0 ? after_pk + w.thresh_words() + w.dk : nullptr;
+  kp.dkv_direct = plan.dkv_direct;
+  kp.dq = static_cast<__nv_bfloat16*>(dq.data);
+  kp.dk = static_cast<__nv_bfloat16*>(dk.data);
+  kp.dv = static_cast<__nv_bfloat16*>(dv.data);
+  const auto st = static_cast<cudaStream_t>(stream);
+  const bool tc = plan.tc;
+  // v3.15's dQacc tiles (v3.2 at D = 128; v3.17, v3.1 at D = 64), read back through dq_acc_index
+  kp.dq_tiled = (wg_version == 3 && p.D == 128) || (wg_version >= 2 && p.D == 64);
+  // v3.9: P (K U), s_i, U and bf16(K U) from the forward (Problem::forward_stats); no basis pre-pass here.
+  const bool fwd_stats = p.forward_stats != nullptr;  // (plan_backward checked that they apply)
+  if (fwd_stats) set_stats_params(&kp, p, p.forward_stats);
   // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the memsets and the delta preprocess:
   // they read only q or k and write regions nothing else uses before the join (the Gram partials are stored
   // whole, so they need no zeroing).

@@ -146,12 +146,16 @@ Tensors3 cuda_backward(const at::Tensor& dout, const at::Tensor& q, const at::Te
                        const at::Tensor& o, const at::Tensor& o_fp32, const at::Tensor& lse, const FlashParams& p) {
   require_cuda();
   const c10::cuda::CUDAGuard guard(q.device());
-  const gproj::cuda::Problem pr = problem_of(q, k, v, p);
+  gproj::cuda::Problem pr = problem_of(q, k, v, p);
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
+  // sized for these tensors: without the FP32 dK, dV accumulators where the main kernel stores dK, dV itself
+  pr.workspace_bytes = gproj::cuda::backward_workspace_bytes(pr, device_tensor(q), device_tensor(k), device_tensor(v),
+                                                             device_tensor(dout), device_tensor(dq), device_tensor(dk),
+                                                             device_tensor(dv));
   at::Tensor workspace =
-      at::empty({static_cast<int64_t>(gproj::cuda::backward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
+      at::empty({static_cast<int64_t>(pr.workspace_bytes)}, q.options().dtype(at::kByte));
   check(gproj::cuda::backward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
                               device_tensor(o_fp32), device_tensor(lse), device_tensor(dout), device_tensor(dq),
                               device_tensor(dk), device_tensor(dv), workspace.numel() ? workspace.data_ptr() : nullptr,

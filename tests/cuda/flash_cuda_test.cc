@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -535,6 +536,119 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
     }
     for (void* ptr : held) cudaFree(ptr);
   }
+}
+
+float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// backward_workspace_bytes with the tensors: where the main kernel stores dK and dV itself (v3.34) the FP32
+// accumulators it does not use are left out (baseline: dK and dV, gproj: dV, its dK correction reads dKacc); with
+// dK, dV 8 bytes past alignment or two query heads per kv head nothing is. A backward in exactly that many bytes
+// (memcheck runs it) gives the bits of one in backward_workspace_bytes(p), dQ within one BF16 unit (its FP32
+// atomics add in any order), and a byte fewer is refused.
+TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
+  GPROJ_REQUIRE_GPU();
+  const int64_t Nq = 200, Nk = 200, H = 2;
+  for (int64_t D : {64, 128})
+    for (int64_t Hkv : {H, H / 2}) {
+      const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, Hkv, D, true, 92));
+      const size_t n = static_cast<size_t>(Nq * H * D), nkv = static_cast<size_t>(Nk * Hkv * D);
+      std::vector<void*> held;
+      const auto alloc = [&](size_t bytes) {
+        void* ptr = nullptr;
+        EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+        held.push_back(ptr);
+        return ptr;
+      };
+      const auto dense = [&](void* ptr, int64_t heads, int64_t rows) {
+        cuda::DeviceTensor t;
+        t.data = ptr;
+        t.stride[0] = rows * heads * D, t.stride[1] = heads * D, t.stride[2] = D, t.stride[3] = 1;
+        return t;
+      };
+      const auto upload = [&](const Tensor<bf16>& t, int64_t heads, int64_t rows) {
+        void* ptr = alloc(t.values.size() * 2);
+        EXPECT_EQ(cudaMemcpy(ptr, t.values.data(), t.values.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        return dense(ptr, heads, rows);
+      };
+      const cuda::DeviceTensor q = upload(s.q, H, Nq), k = upload(s.k, Hkv, Nk), v = upload(s.v, Hkv, Nk),
+                               dout = upload(s.dout, H, Nq), o = dense(alloc(n * 2), H, Nq);
+      cuda::DeviceTensor lse, none;
+      lse.data = alloc(H * Nq * 4);
+      for (int form = 0; form < 4; ++form) {  // baseline, gproj; each without and with causal masking
+        const Variant var = form < 2 ? Variant::kBaseline : Variant::kGproj;
+        const bool causal = form % 2 != 0;
+        cuda::Problem p;
+        p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = H, p.Hkv = Hkv, p.D = D;
+        p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+        p.params = test::params_for(var, Projection::kThreshLowRank);
+        p.params.causal = causal;
+        ASSERT_TRUE(cuda::forward(p, q, k, v, o, lse, none, nullptr).ok);
+        const size_t full = cuda::backward_workspace_bytes(p), acc = sizeof(float) * static_cast<size_t>(H * Nk * D);
+        for (int shift : {0, 8}) {
+          const std::string what = std::string(variant_name(var)) + (causal ? " causal" : "") + " D = " +
+                                   std::to_string(D) + " Hkv = " + std::to_string(Hkv) + " dK, dV " +
+                                   std::to_string(shift) + " bytes past alignment";
+          std::vector<uint16_t> out[2][3];  // [full, for the tensors][dQ, dK, dV]
+          size_t slim = 0;
+          for (int sized : {0, 1}) {
+            char* g = static_cast<char*>(alloc(2 * nkv * 2 + 64));
+            const cuda::DeviceTensor dq = dense(alloc(n * 2), H, Nq), dk = dense(g + shift, Hkv, Nk),
+                                     dv = dense(g + nkv * 2 + 32 + shift, Hkv, Nk);
+            cuda::Problem ps = p;
+            if (sized) {
+              slim = cuda::backward_workspace_bytes(p, q, k, v, dout, dq, dk, dv);
+              const size_t left_out = shift != 0 || Hkv != H ? 0 : var == Variant::kBaseline ? 2 * acc : acc;
+              ASSERT_EQ(slim, full - left_out) << what;
+              ps.workspace_bytes = slim;
+              cuda::Problem short_by_one = ps;
+              short_by_one.workspace_bytes = slim - 1;
+              const cuda::Status refused = cuda::backward(short_by_one, q, k, v, o, none, lse, dout, dq, dk, dv,
+                                                          alloc(slim), nullptr);
+              EXPECT_FALSE(refused.ok) << what;
+              EXPECT_EQ(refused.code, ErrorCode::kInvalidArgument) << what;
+              EXPECT_NE(refused.message.find("workspace holds"), std::string::npos) << refused.message;
+            }
+            const cuda::Status st = cuda::backward(ps, q, k, v, o, none, lse, dout, dq, dk, dv,
+                                                   alloc(sized ? slim : full), nullptr);
+            ASSERT_TRUE(st.ok) << what << ": " << st.message;
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+            for (int t = 0; t < 3; ++t) {
+              std::vector<uint16_t>& h = out[sized][t];
+              h.resize(t == 0 ? n : nkv);
+              ASSERT_EQ(cudaMemcpy(h.data(), t == 0 ? dq.data : t == 1 ? dk.data : dv.data, h.size() * 2,
+                                   cudaMemcpyDeviceToHost),
+                        cudaSuccess);
+            }
+          }
+          // dK, dV: the same bits, a zero's sign aside. dQ and gproj's dK come from FP32 atomics, whose order
+          // varies: each element may round to a neighbour, at most one BF16 unit (2^-7 of it), so the difference's
+          // norm is at most 2^-7 of the tensor's.
+          for (int t = 0; t < 3; ++t) {
+            const char* name = t == 0 ? " dQ" : t == 1 ? " dK" : " dV";
+            if (t == 0 || (t == 1 && var == Variant::kGproj)) {
+              double diff = 0.0, norm = 0.0;
+              for (size_t i = 0; i < out[0][t].size(); ++i) {
+                const double a = bf16_bits_to_float(out[0][t][i]), b = bf16_bits_to_float(out[1][t][i]);
+                diff += (a - b) * (a - b), norm += a * a;
+              }
+              EXPECT_GT(norm, 0.0) << what << name;
+              EXPECT_LE(std::sqrt(diff), std::ldexp(std::sqrt(norm), -7)) << what << name;
+              continue;
+            }
+            for (size_t i = 0; i < out[0][t].size(); ++i) {
+              const uint16_t a = out[0][t][i], b = out[1][t][i];
+              ASSERT_TRUE(a == b || ((a | b) & 0x7fffu) == 0) << what << name << " element " << i;
+            }
+          }
+        }
+      }
+      for (void* ptr : held) cudaFree(ptr);
+    }
 }
 
 // Auto mode picks the wgmma kernels where they apply and says so (cuda::Status::kernels, in the audit's JSON).

@@ -35,6 +35,10 @@ struct Problem {
   // the same forward instead of forming them (faster). Where forward_stats_apply(p) is false both refuse it.
   void* forward_stats = nullptr;
   void* forward_workspace = nullptr;
+  // backward(): the bytes at its workspace. 0 (the default): backward_workspace_bytes(p), the most any backward of
+  // this problem needs. Set it when the workspace was sized by backward_workspace_bytes(p, tensors...), which can
+  // be smaller; backward() then refuses a workspace too small for what it would run.
+  size_t workspace_bytes = 0;
 };
 
 // Whether this build has the kernels and a device is visible; when not, `why` says what is missing.
@@ -60,8 +64,17 @@ bool forward_stats_apply(const Problem& p);
 size_t forward_stats_bytes(const Problem& p);
 size_t forward_workspace_bytes(const Problem& p);
 
-// Bytes of scratch memory backward() needs for this problem (FP32 accumulators, row statistics).
+// Bytes of scratch memory backward() needs for this problem (FP32 accumulators, row statistics), whatever the
+// tensors: the most any backward of it needs.
 size_t backward_workspace_bytes(const Problem& p);
+// The bytes backward() needs with these very tensors (only their pointers and strides are read; nothing on the
+// device). Where the main kernel stores dK and dV itself (one query head per kv head, 16-byte aligned rows and
+// dk, dv; see backward()) it leaves out the FP32 dK and dV accumulators, 2 B H Nk D floats (B H Nk D for gproj,
+// whose dK correction keeps dK's). Pass it on as Problem::workspace_bytes. For arguments backward() would refuse
+// it returns backward_workspace_bytes(p), and backward() says what is wrong.
+size_t backward_workspace_bytes(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                                const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
+                                const DeviceTensor& dv);
 // After backward(), the workspace starts with delta_i, r_i and s_i, (B, H, Nq) FP32 each, every one at a
 // stride of this many floats (B H Nq rounded up to a multiple of 4).
 size_t backward_workspace_row_stride(const Problem& p);

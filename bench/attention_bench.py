@@ -64,6 +64,18 @@ def make_impls(device):
     return impls
 
 
+def backward_peak_mib(o, inputs, dout):
+    """MiB the backward allocates at its peak beyond what was allocated before it (the gradients, workspaces and
+    temporaries), from torch's CUDA caching allocator."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    grads = torch.autograd.grad(o, inputs, dout, retain_graph=True)
+    torch.cuda.synchronize()
+    del grads
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
 def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0):
     gen = torch.Generator(device="cpu").manual_seed(1234)
     shape = (B, N, H, D)
@@ -79,12 +91,15 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0):
             t_fwd = timed(lambda: fn(q, k, v, causal), device, reps, warmup)
             o = fn(q, k, v, causal)
             t_bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True), device, reps, warmup)
+            peak = backward_peak_mib(o, (q, k, v), dout) if device == "cuda" else None
         except (RuntimeError, ValueError) as e:  # a backend that cannot run this shape says so in the report
             rows.append({"impl": name, "error": str(e).splitlines()[0][:200]})
             continue
         f = flops_forward(B, H, N, D, causal)
         rows.append({"impl": name, "fwd_ms": 1e3 * t_fwd, "bwd_ms": 1e3 * t_bwd,
                      "fwd_tflops": f / t_fwd / 1e12, "bwd_tflops": 2.5 * f / t_bwd / 1e12})
+        if peak is not None:
+            rows[-1]["bwd_peak_mib"] = peak
     by = {r["impl"]: r for r in rows if "error" not in r}
     if "gproj-baseline" in by:
         for r in rows:
@@ -130,7 +145,8 @@ def main(argv):
         args.dims, args.lengths, args.tokens, args.width, args.reps, args.warmup = [64], [128], 256, 128, 2, 1
     impls = make_impls(device)
     report = {"env": environment(device, argv), "results": []}
-    print(f"{'impl':<24} {'N':>6} {'D':>4} {'causal':>6} {'fwd TF/s':>9} {'bwd TF/s':>9}", flush=True)
+    print(f"{'impl':<24} {'N':>6} {'D':>4} {'causal':>6} {'fwd TF/s':>9} {'bwd TF/s':>9} {'bwd peak MiB':>12}",
+          flush=True)
     for D in args.dims:
         for N in args.lengths:
             for causal in (False, True):
@@ -141,8 +157,9 @@ def main(argv):
                     if "error" in r:
                         print(f"{r['impl']:<24} {N:>6} {D:>4} {str(causal):>6}  error: {r['error']}", flush=True)
                     else:
+                        peak = f"{r['bwd_peak_mib']:>12.0f}" if "bwd_peak_mib" in r else f"{'-':>12}"
                         print(f"{r['impl']:<24} {N:>6} {D:>4} {str(causal):>6} {r['fwd_tflops']:>9.2f} "
-                              f"{r['bwd_tflops']:>9.2f}", flush=True)
+                              f"{r['bwd_tflops']:>9.2f} {peak}", flush=True)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"attention_{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}.json")
     tmp = f"{out}.tmp.{os.getpid()}"

@@ -190,8 +190,9 @@ __device__ __forceinline__ void add_row_stats(const KernelParams& p, int64_t bh,
   }
 }
 
-// Stores a warp's dK and dV accumulators (16 keys from key0: key0 + g and key0 + g + 8) as FP32 rows.
-template <int D>
+// Stores a warp's dK and dV accumulators (16 keys from key0: key0 + g and key0 + g + 8) as FP32 rows; kDv = false:
+// dK's only (v3.34's thresh-lowrank, whose dV the main kernel stored itself).
+template <int D, bool kDv = true>
 __device__ __forceinline__ void store_dk_dv(const KernelParams& p, int64_t bh, int key0, int g, int tq,
                                             const float (&dk)[D / 8][4], const float (&dv)[D / 8][4]) {
 #pragma unroll
@@ -203,7 +204,8 @@ __device__ __forceinline__ void store_dk_dv(const KernelParams& p, int64_t bh, i
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       *reinterpret_cast<float2*>(dka + n * 8 + 2 * tq) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
-      *reinterpret_cast<float2*>(dva + n * 8 + 2 * tq) = make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
+      if constexpr (kDv)
+        *reinterpret_cast<float2*>(dva + n * 8 + 2 * tq) = make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
     }
   }
 }

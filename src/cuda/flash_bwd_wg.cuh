@@ -231,18 +231,8 @@ __device__ __forceinline__ void store_dk_dv_direct(const KernelParams& p, bf16_t
       }
     wg_bar_sync(1 + wg);  // every lane has read the staged rows before the next tensor's are written
   }
-  if (!dk_too) {  // thresh-lowrank: dK to dKacc, as store_dk_dv
-    const int64_t bh = static_cast<int64_t>(b) * p.H + blockIdx.y;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int j = key0 + w4 * 16 + g + 8 * half;
-      if (j >= p.Nk) continue;
-      float* dka = p.dk_acc + (bh * p.Nk + j) * D;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(dka + n * 8 + 2 * tq) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
-    }
-  }
+  if (!dk_too)  // thresh-lowrank: dK to dKacc
+    store_dk_dv<D, false>(p, static_cast<int64_t>(b) * p.H + blockIdx.y, key0 + w4 * 16, g, tq, dk, dv);
 }
 
 // Bench-only ablation (CMake -DGPROJ_ABLATE=N, `ABLATE=N scripts/pack_bench.sh REV`): each bit removes one part

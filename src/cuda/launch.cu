@@ -953,7 +953,13 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     if (!s.ok) return s;
     s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
     if (!s.ok || kp.causal) return s;  // with causal masking backward_thresh ran the dK/dV postprocess
-    detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
+    if (kp.dkv_direct == 1) {  // v3.35: dV stored by the main kernel, dK alone here, 8 elements a thread
+      const auto grid8 = static_cast<unsigned>((nk / 2 + kPost - 1) / kPost);
+      if (p.D == 64) detail::bwd_postprocess_dk_suffix_kernel<64><<<grid8, kPost, 0, st>>>(kp);
+      else detail::bwd_postprocess_dk_suffix_kernel<128><<<grid8, kPost, 0, st>>>(kp);
+    } else {
+      detail::bwd_postprocess_dkv_kernel<true><<<kgrid, kPost, 0, st>>>(kp);
+    }
     return last_error("backward dK/dV postprocess");
   }
   const bool wide = p.params.cuda_backward_warps == 8;

@@ -41,8 +41,8 @@ done
 
 # CUDA outputs of the projections on a few stress cases, for a comparison with the CPU emulator on this machine
 # (PROFILE_CASES=none skips them).
-"$gproj_bin" stress --write /tmp/stress >/dev/null
-for c in ${PROFILE_CASES:-shared-queries sink-ties-large ties-negative}; do
+[ "${PROFILE_CASES:-}" = none ] || "$gproj_bin" stress --write /tmp/stress >/dev/null
+[ "${PROFILE_CASES:-}" = none ] || for c in ${PROFILE_CASES:-shared-queries sink-ties-large ties-negative}; do
   for proj in thresh-lowrank pweighted; do
     "$gproj_bin" run --state "/tmp/stress/$c.safetensors" --device cuda --projection "$proj" \
       --out "$out/profile/${proj}_cuda_$c.safetensors" >/dev/null 2>&1

@@ -473,6 +473,35 @@ TEST(Cuda, MisalignedWorkspaceIsRefused) {
   for (void* ptr : {x, lse, g, ws}) cudaFree(ptr);
 }
 
+// Device memory for the launch API's tests, freed when it goes out of scope (an ASSERT's early return included),
+// and dense (1, rows, heads, D) views of it.
+cuda::DeviceTensor dense_view(void* ptr, int64_t rows, int64_t heads, int64_t D) {
+  cuda::DeviceTensor t;
+  t.data = ptr;
+  t.stride[0] = rows * heads * D, t.stride[1] = heads * D, t.stride[2] = D, t.stride[3] = 1;
+  return t;
+}
+struct DeviceScratch {
+  std::vector<void*> held;
+  DeviceScratch() = default;
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  ~DeviceScratch() {
+    for (void* ptr : held) cudaFree(ptr);
+  }
+  void* alloc(size_t bytes) {
+    void* ptr = nullptr;
+    EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+    held.push_back(ptr);
+    return ptr;
+  }
+  cuda::DeviceTensor upload(const Tensor<bf16>& t, int64_t rows, int64_t heads, int64_t D) {
+    void* ptr = alloc(t.values.size() * 2);
+    EXPECT_EQ(cudaMemcpy(ptr, t.values.data(), t.values.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    return dense_view(ptr, rows, heads, D);
+  }
+};
+
 // v3.34: with one query head per kv head and 16-byte aligned dK, dV, the wgmma main kernel stores them itself
 // (baseline: no dK/dV postprocess; gproj: dV, its dK still through dKacc). dK, dV only 8-byte aligned take the FP32
 // accumulators and the postprocess, as before v3.34. Both must give the same bits (a zero's sign aside), at D = 64
@@ -484,28 +513,13 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
   for (int64_t D : {64, 128}) {
     const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, H, D, true, 91));
     const size_t n = static_cast<size_t>(Nq * H * D);  // elements of each (1, N, H, D) tensor
-    std::vector<void*> held;
-    const auto alloc = [&](size_t bytes) {
-      void* ptr = nullptr;
-      EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
-      held.push_back(ptr);
-      return ptr;
-    };
-    const auto dense = [&](void* ptr) {
-      cuda::DeviceTensor t;
-      t.data = ptr;
-      t.stride[0] = static_cast<int64_t>(n), t.stride[1] = H * D, t.stride[2] = D, t.stride[3] = 1;
-      return t;
-    };
-    const auto upload = [&](const Tensor<bf16>& t) {
-      void* ptr = alloc(t.values.size() * 2);
-      EXPECT_EQ(cudaMemcpy(ptr, t.values.data(), t.values.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-      return dense(ptr);
-    };
-    const cuda::DeviceTensor q = upload(s.q), k = upload(s.k), v = upload(s.v), dout = upload(s.dout),
-                             o = dense(alloc(n * 2));
+    DeviceScratch mem;
+    const auto dense = [&](void* ptr) { return dense_view(ptr, Nq, H, D); };
+    const cuda::DeviceTensor q = mem.upload(s.q, Nq, H, D), k = mem.upload(s.k, Nk, H, D),
+                             v = mem.upload(s.v, Nk, H, D), dout = mem.upload(s.dout, Nq, H, D),
+                             o = dense(mem.alloc(n * 2));
     cuda::DeviceTensor lse, none;
-    lse.data = alloc(H * Nq * 4);
+    lse.data = mem.alloc(H * Nq * 4);
     for (Variant var : {Variant::kBaseline, Variant::kGproj}) {
       cuda::Problem p;
       p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = p.Hkv = H, p.D = D;
@@ -515,10 +529,10 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
       ASSERT_TRUE(cuda::forward(p, q, k, v, o, lse, none, nullptr).ok);
       std::vector<uint16_t> out[2][2];  // [aligned, 8 bytes past][dK, dV]
       for (int shift : {0, 8}) {
-        char* g = static_cast<char*>(alloc(2 * n * 2 + 64));  // dK at g + shift, dV 32 bytes past its end
-        cuda::DeviceTensor dq = dense(alloc(n * 2)), dk = dense(g + shift), dv = dense(g + n * 2 + 32 + shift);
+        char* g = static_cast<char*>(mem.alloc(2 * n * 2 + 64));  // dK at g + shift, dV 32 bytes past its end
+        cuda::DeviceTensor dq = dense(mem.alloc(n * 2)), dk = dense(g + shift), dv = dense(g + n * 2 + 32 + shift);
         const cuda::Status st = cuda::backward(p, q, k, v, o, none, lse, dout, dq, dk, dv,
-                                               alloc(cuda::backward_workspace_bytes(p)), nullptr);
+                                               mem.alloc(cuda::backward_workspace_bytes(p)), nullptr);
         ASSERT_TRUE(st.ok) << st.message;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         for (int t = 0; t < 2; ++t) {
@@ -534,7 +548,6 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
               << variant_name(var) << " D = " << D << (t == 0 ? " dK" : " dV") << " element " << i;
         }
     }
-    for (void* ptr : held) cudaFree(ptr);
   }
 }
 
@@ -557,28 +570,12 @@ TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
     for (int64_t Hkv : {H, H / 2}) {
       const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, Hkv, D, true, 92));
       const size_t n = static_cast<size_t>(Nq * H * D), nkv = static_cast<size_t>(Nk * Hkv * D);
-      std::vector<void*> held;
-      const auto alloc = [&](size_t bytes) {
-        void* ptr = nullptr;
-        EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
-        held.push_back(ptr);
-        return ptr;
-      };
-      const auto dense = [&](void* ptr, int64_t heads, int64_t rows) {
-        cuda::DeviceTensor t;
-        t.data = ptr;
-        t.stride[0] = rows * heads * D, t.stride[1] = heads * D, t.stride[2] = D, t.stride[3] = 1;
-        return t;
-      };
-      const auto upload = [&](const Tensor<bf16>& t, int64_t heads, int64_t rows) {
-        void* ptr = alloc(t.values.size() * 2);
-        EXPECT_EQ(cudaMemcpy(ptr, t.values.data(), t.values.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-        return dense(ptr, heads, rows);
-      };
-      const cuda::DeviceTensor q = upload(s.q, H, Nq), k = upload(s.k, Hkv, Nk), v = upload(s.v, Hkv, Nk),
-                               dout = upload(s.dout, H, Nq), o = dense(alloc(n * 2), H, Nq);
+      DeviceScratch mem;
+      const cuda::DeviceTensor q = mem.upload(s.q, Nq, H, D), k = mem.upload(s.k, Nk, Hkv, D),
+                               v = mem.upload(s.v, Nk, Hkv, D), dout = mem.upload(s.dout, Nq, H, D),
+                               o = dense_view(mem.alloc(n * 2), Nq, H, D);
       cuda::DeviceTensor lse, none;
-      lse.data = alloc(H * Nq * 4);
+      lse.data = mem.alloc(H * Nq * 4);
       for (int form = 0; form < 4; ++form) {  // baseline, gproj; each without and with causal masking
         const Variant var = form < 2 ? Variant::kBaseline : Variant::kGproj;
         const bool causal = form % 2 != 0;
@@ -596,9 +593,10 @@ TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
           std::vector<uint16_t> out[2][3];  // [full, for the tensors][dQ, dK, dV]
           size_t slim = 0;
           for (int sized : {0, 1}) {
-            char* g = static_cast<char*>(alloc(2 * nkv * 2 + 64));
-            const cuda::DeviceTensor dq = dense(alloc(n * 2), H, Nq), dk = dense(g + shift, Hkv, Nk),
-                                     dv = dense(g + nkv * 2 + 32 + shift, Hkv, Nk);
+            char* g = static_cast<char*>(mem.alloc(2 * nkv * 2 + 64));
+            const cuda::DeviceTensor dq = dense_view(mem.alloc(n * 2), Nq, H, D),
+                                     dk = dense_view(g + shift, Nk, Hkv, D),
+                                     dv = dense_view(g + nkv * 2 + 32 + shift, Nk, Hkv, D);
             cuda::Problem ps = p;
             if (sized) {
               slim = cuda::backward_workspace_bytes(p, q, k, v, dout, dq, dk, dv);
@@ -608,13 +606,13 @@ TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
               cuda::Problem short_by_one = ps;
               short_by_one.workspace_bytes = slim - 1;
               const cuda::Status refused = cuda::backward(short_by_one, q, k, v, o, none, lse, dout, dq, dk, dv,
-                                                          alloc(slim), nullptr);
+                                                          mem.alloc(slim), nullptr);
               EXPECT_FALSE(refused.ok) << what;
               EXPECT_EQ(refused.code, ErrorCode::kInvalidArgument) << what;
               EXPECT_NE(refused.message.find("workspace holds"), std::string::npos) << refused.message;
             }
             const cuda::Status st = cuda::backward(ps, q, k, v, o, none, lse, dout, dq, dk, dv,
-                                                   alloc(sized ? slim : full), nullptr);
+                                                   mem.alloc(sized ? slim : full), nullptr);
             ASSERT_TRUE(st.ok) << what << ": " << st.message;
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
             for (int t = 0; t < 3; ++t) {
@@ -647,7 +645,6 @@ TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
           }
         }
       }
-      for (void* ptr : held) cudaFree(ptr);
     }
 }
 

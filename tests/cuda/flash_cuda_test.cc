@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -551,13 +550,6 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
   }
 }
 
-float bf16_bits_to_float(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 // backward_workspace_bytes with the tensors: where the main kernel stores dK and dV itself (v3.34) the FP32
 // accumulators it does not use are left out (baseline: dK and dV, gproj: dV, its dK correction reads dKacc); with
 // dK, dV 8 bytes past alignment or two query heads per kv head nothing is. A backward in exactly that many bytes
@@ -631,7 +623,7 @@ TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
             if (t == 0 || (t == 1 && var == Variant::kGproj)) {
               double diff = 0.0, norm = 0.0;
               for (size_t i = 0; i < out[0][t].size(); ++i) {
-                const double a = bf16_bits_to_float(out[0][t][i]), b = bf16_bits_to_float(out[1][t][i]);
+                const double a = bf16::from_bits(out[0][t][i]).to_float(), b = bf16::from_bits(out[1][t][i]).to_float();
                 diff += (a - b) * (a - b), norm += a * a;
               }
               EXPECT_GT(norm, 0.0) << what << name;

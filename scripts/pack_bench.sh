@@ -5,13 +5,14 @@
 #   bash scripts/pack_bench.sh candidate/s9-block-suffix main
 # then on the device: BENCHES=".ab_main .ab_candidate_s9-block-suffix" bash scripts/device_bench_ab.sh, with the
 # .ab_* folders carried (they are ignored by git: /.ab_*/ in .git/info/exclude).
-# ABLATE=N (1-63) builds with -DGPROJ_ABLATE=N (parts of gproj's main kernel or, bits 16 and 32, of the forward's
-# statistics removed, for timing only; src/cuda/flash_bwd_wg.cuh, flash_fwd_wg.cuh): NAME and the commit recorded get the suffix _ablateN / +ablateN.
+# ABLATE=N (1-255) builds with -DGPROJ_ABLATE=N (parts of gproj's main kernel, bits 1-8; of the forward's statistics,
+# 16 and 32; of thresh_dq's listed entries, 64 and 128: removed for timing only; src/cuda/flash_bwd_wg.cuh,
+# flash_fwd_wg.cuh, projection_tc.cuh): NAME and the commit recorded get the suffix _ablateN / +ablateN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 REV [REV...]" >&2; exit 2; }
 ablate=${ABLATE:-0}
-[[ "$ablate" =~ ^([0-9]|[1-5][0-9]|6[0-3])$ ]] || { echo "pack_bench: ABLATE must be 0-63, got '$ablate'" >&2; exit 2; }
+[[ "$ablate" =~ ^([0-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-5])$ ]] || { echo "pack_bench: ABLATE must be 0-255, got '$ablate'" >&2; exit 2; }
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "pack_bench: nvcc is needed" >&2; exit 2; }
 exclude=$(git rev-parse --git-path info/exclude)  # the common one, also from a git worktree
 mkdir -p "$(dirname "$exclude")"

@@ -238,13 +238,13 @@ __device__ __forceinline__ void store_dk_dv_direct(const KernelParams& p, bf16_t
 // Bench-only ablation (CMake -DGPROJ_ABLATE=N, `ABLATE=N scripts/pack_bench.sh REV`): each bit removes one part
 // of thresh-lowrank's work from this kernel so that a bench can time it; the gradients are then wrong, and the
 // bench says so. 1: the statistics product (the record is zero), 2: bf16(P) into shared memory, 4: the record
-// atomics, 8: the large-entry test and the list appends; 16 and 32 are the forward's (flash_fwd_wg.cuh). 0 (every
-// normal build) changes nothing.
+// atomics, 8: the large-entry test and the list appends; 16 and 32 are the forward's (flash_fwd_wg.cuh), 64 and 128
+// thresh_dq_kernel's (projection_tc.cuh). 0 (every normal build) changes nothing.
 #ifndef GPROJ_ABLATE
 #define GPROJ_ABLATE 0
 #endif
 constexpr int kAblate = GPROJ_ABLATE;
-static_assert(kAblate >= 0 && kAblate < 64, "GPROJ_ABLATE is a 6-bit mask (16, 32: the forward's, flash_fwd_wg.cuh)");
+static_assert(kAblate >= 0 && kAblate < 256, "GPROJ_ABLATE is an 8-bit mask (16, 32: the forward's, flash_fwd_wg.cuh)");
 
 // kStats: also add the row sums of bf16(dS) to r_i (p.rowsum; the audit's max |r_i|), for baseline and fwdfix.
 // kThresh (v3.1 only): the main kernel of gproj's thresh-lowrank projection, as v1's kThresh: r_i, s_i, P (K U)

@@ -16,6 +16,14 @@ constexpr int kPostThreads = 256;
 constexpr int kGramKeys = 256;  // keys per CTA of the Gram kernel
 constexpr int kSuffixBlock = 64;
 
+// Bench-only ablation (CMake -DGPROJ_ABLATE, see flash_bwd_wg.cuh) of thresh_dq_kernel's listed entries' dK
+// corrections: bit 64 drops them all (no per-key table, no atomics), bit 128 only those the warp's table has no
+// slot for (their direct atomics). Gradients are then wrong; 0 (every normal build) changes nothing.
+#ifndef GPROJ_ABLATE
+#define GPROJ_ABLATE 0
+#endif
+constexpr bool kDqAblateEntriesDk = (GPROJ_ABLATE & 64) != 0, kDqAblateDirectDk = (GPROJ_ABLATE & 128) != 0;
+
 // The rows a rank-8 basis is built for: K per kv head (thresh-lowrank), or Q per query head (kQ: the dK
 // compensation, FlashParams::dk_compensation_rank), with where their Gram matrix, basis and projections go.
 template <bool kQ>
@@ -441,6 +449,7 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
                                                   int jt, float pt, int cnt, int cnt_all, float c, float rest,
                                                   const float (&qf)[D / kLanes], int lane) {
   constexpr int kV = D / kLanes, kCap = kLanes;
+  if constexpr (kDqAblateEntriesDk) return;
   const int d0 = (lane % kLanes) * kV;
   for (int t = 0; t < cnt_all; ++t) {
     const int j = __shfl_sync(0xffffffffu, jt, t & (kCap - 1), kLanes);
@@ -462,6 +471,7 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
       }
       continue;
     }
+    if constexpr (kDqAblateDirectDk) continue;
     float v[kV];
 #pragma unroll
     for (int e = 0; e < kV; ++e) v[e] = -w * qf[e];

@@ -562,21 +562,14 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
   // (the only suffix sum then read).
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
   // v1.31: at D = 64 two rows per warp when a row's list fits in half a warp (thresh_k <= 16, the default 16).
-  // v1.40: the kernel stages the next row's K rows in dynamic shared memory (ThreshStage); three CTAs per SM need
-  // the largest shared-memory carveout (a preference: the driver may pick a smaller one and run fewer CTAs).
-  const auto launch_dq = [&](auto kernel, int kv) {
-    const char* what = "thresh-lowrank dQ postprocess";
-    const size_t smem = kv == 4 ? detail::ThreshStage<4>::kBytes : detail::ThreshStage<2>::kBytes;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) !=
-        cudaSuccess) {
-      return last_error(what);
-    }
-    return launch(kernel, sgrid, smem, stream, k, what, threads);
-  };
   if constexpr (D == 64) {
-    s = k.list_cap <= 16 ? launch_dq(detail::thresh_dq_kernel<D, 16>, 4) : launch_dq(detail::thresh_dq_kernel<D>, 2);
+    s = k.list_cap <= 16
+            ? launch(detail::thresh_dq_kernel<D, 16>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads)
+            : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
   } else {  // dQacc in v3.15's tiles (the v3.2 backward) or row-major
-    s = k.dq_tiled ? launch_dq(detail::thresh_dq_kernel<D, 32, true>, D / 32) : launch_dq(detail::thresh_dq_kernel<D>, D / 32);
+    const char* what = "thresh-lowrank dQ postprocess";
+    s = k.dq_tiled ? launch(detail::thresh_dq_kernel<D, 32, true>, sgrid, 0, stream, k, what, threads)
+                   : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, what, threads);
   }
   if (!s.ok || !k.causal) return s;  // without causal masking the caller's bwd_postprocess_dkv_kernel<true> follows
   // With causal masking the dK/dV postprocess is thresh-lowrank's own: each key block forms its suffix sums.

@@ -10,8 +10,6 @@
 #include "cuda/flash_bwd_tc.cuh"
 #include "cuda/kernel_common.cuh"
 
-#include <type_traits>
-
 namespace gproj::cuda::detail {
 
 constexpr int kPostThreads = 256;
@@ -380,86 +378,16 @@ struct WarpDkTable {
 // jt, pt: this lane's entry (key 0, p = 0 past the row's count cnt); the entry loops run to cnt_all (the larger
 // count of the warp's two rows with kLanes = 16, else cnt) with the lanes of a shorter row idle.
 
-// v1.40: the first kStagedEntries entries' K rows of a row (this lane's kV columns of each, packed BF16) and its
-// entry's K U are copied into shared memory with cp.async while the row before it is worked on, so that a row with
-// entries no longer waits a memory round trip for them (q x 4 rows: ~100 us of thresh_dq's 342, session 27 run 1's
-// ablations). Each thread reads back only what it copied itself, so the copies need no barrier, only the thread's
-// own cp.async.wait_group. Per thread, in the kernel's dynamic shared memory, each region indexed [..][threadIdx.x]
-// (conflict-free): two slots (the row being worked on and the next) of kStagedEntries K words and one 16-byte K U
-// row, and two slots of one list entry (j, p) for the row after those, which thus arrives two rows ahead.
-// (The regions are addressed from the dynamic shared memory's symbol, a constant: no pointer is kept in registers,
-// which the walk has none to spare for.)
-constexpr int kStagedEntries = 4;
-extern __shared__ __align__(16) unsigned char thresh_stage_smem[];
-template <int kV>
-struct ThreshStage {
-  using KWord = std::conditional_t<kV == 4, uint2, uint32_t>;  // a lane's kV BF16 columns of one K row
-  static constexpr size_t kBytes = kPostThreads * (2 * 16 + 2 * 8 + 2 * kStagedEntries * sizeof(KWord));
-  // [2][kPostThreads]: the lane's entry's bf16(K U) row (16 bytes; the tail uses 12)
-  __device__ static uint4* ku(int slot) {
-    return reinterpret_cast<uint4*>(thresh_stage_smem) + slot * kPostThreads + threadIdx.x;
-  }
-  // [2][kPostThreads]: the lane's list entry (j, bits of p)
-  __device__ static int2* lst(int slot) {
-    return reinterpret_cast<int2*>(thresh_stage_smem + 2 * 16 * kPostThreads) + slot * kPostThreads + threadIdx.x;
-  }
-  // [2][kStagedEntries][kPostThreads]: entry u's K row, this lane's columns
-  __device__ static KWord* k(int slot, int u) {
-    return reinterpret_cast<KWord*>(thresh_stage_smem + 2 * 24 * kPostThreads) + (slot * kStagedEntries + u) * kPostThreads +
-           threadIdx.x;
-  }
-};
-
-// cp.async of kBytes (4, 8 or 16) from global to shared memory through L1, and the thread's group operations, as
-// compiler memory barriers (the shared-memory reads after a wait must not move above it).
-template <int kBytes>
-__device__ __forceinline__ void cp_async_ca(void* dst, const void* src) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async.ca copies 4, 8 or 16 bytes");
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(dst)), "l"(src), "n"(kBytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit_mem() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait_mem() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// acc += sum over the row's entries, in list order, of p_j K_j (this lane's kV columns d0 ..): the first
-// kStagedEntries from this thread's K slot `slot` of ThreshStage, the rest four entries' K rows in flight at a time (packed BF16 pairs until used). k_row: this lane's entry's row of K (column 0), which the
+// acc += sum over the row's entries, in list order, of p_j K_j (this lane's kV columns d0 ..): four entries' K rows
+// in flight at a time (packed BF16 pairs until used). k_row: this lane's entry's row of K (column 0), which the
 // entry's lane forms once and the others take by shuffle (v1.38: formed per entry in every lane, the 64-bit
 // address arithmetic was ~17 instructions per entry after ptxas rematerialised the head's base).
 template <int kV, int kLanes>
 __device__ __forceinline__ void thresh_entries_k(const __nv_bfloat16* k_row, int d0, float pt, int cnt, int cnt_all,
-                                                 int slot, float (&acc)[kV]) {
+                                                 float (&acc)[kV]) {
   constexpr int kCap = kLanes;
-  static_assert(kStagedEntries == 4, "the staged entries are the first group of four");
-  {
-    uint32_t kw[4][kV / 2];
-    float pj[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      pj[u] = __shfl_sync(0xffffffffu, pt, u & (kCap - 1), kLanes);
-      if (u < cnt) {
-        if constexpr (kV == 4) {
-          const uint2 w = *ThreshStage<kV>::k(slot, u);
-          kw[u][0] = w.x, kw[u][1] = w.y;
-        } else {
-          kw[u][0] = *ThreshStage<kV>::k(slot, u);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (u < cnt) {
-#pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float kf = e % 2 == 0 ? bf16_lo(kw[u][e / 2]) : bf16_hi(kw[u][e / 2]);
-          acc[e] = fmaf(pj[u], kf, acc[e]);
-        }
-      }
-  }
-  if (cnt_all <= 4) return;
   const auto row_bits = reinterpret_cast<unsigned long long>(k_row);
-  for (int t0 = 4; t0 < cnt_all; t0 += 4) {
+  for (int t0 = 0; t0 < cnt_all; t0 += 4) {
     uint32_t kw[4][kV / 2];
     float pj[4];
 #pragma unroll
@@ -578,11 +506,10 @@ struct ThreshColLoads {
 template <int D, int kLanes, bool kTiled>
 __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const float* su,
                                                     const __nv_bfloat16* ku_head, WarpDkTable<D, kLanes>& tab,
-                                                    float4* sc, int b, int h, int hk,
-                                                    int i_first, int nr, int lane, float (&part)[D / kLanes]) {
+                                                    float4* sc, int b, int h, int hk, int i_first, int nr, int lane,
+                                                    float (&part)[D / kLanes]) {
   constexpr int kV = D / kLanes, kR = 32 / kLanes;  // columns per lane, rows per step
   const int sub = kLanes == 32 ? lane : lane % kLanes, half = kLanes == 32 ? 0 : lane / kLanes;  // (lane < 32)
-  using Stage = ThreshStage<kV>;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h, row0 = bh * p.Nq + i_first;
   const int d0 = sub * kV;
   // Running pointers to this half's row of the step (row half, then + kR per step): its dQacc and Q columns and dQ
@@ -595,10 +522,6 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   const float* dq_tile = p.dq_acc + dq_acc_tiled_index(p, bh, i_first & ~15, d0 & ~63);
   const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 +
                    static_cast<int64_t>(i_first + half) * p.q.s1 + h * p.q.s2 + d0;
-  // This head's row of key j of K (column 0), formed where used (kept, its two registers spilled).
-  const auto k_row_of = [&](int j) {
-    return static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + static_cast<int64_t>(j) * p.k.s1;
-  };
   const auto col_loads = [&](int t, int cnt) {  // this half's row t (< nr: else zeros and no loads)
     ThreshColLoads<D, kLanes> x = {};
     if (kR == 1 || t < nr) {
@@ -621,36 +544,6 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     }
     return x;
   };
-  // A row's list count (0 past the warp's rows; the scalar phase has written those before nr).
-  const auto count_of = [&](int t) { return t < nr ? __float_as_int(sc[3 * t + 2].w) : 0; };
-  // v1.40's copies (ThreshStage), each call one cp.async group of this thread, possibly empty (the waits count
-  // groups). stage_list: this half's row t's list entry of this lane into list slot `slot`. stage_k: the first
-  // kStagedEntries K rows of this half's row with count cnt and list entry (jt) into K slot `slot`, and the lane's
-  // entry's K U; cnt_all is the warp's loop bound (the larger count of its two rows with kLanes = 16).
-  const auto stage_list = [&](int t, int slot) {
-    if (sub < count_of(t)) {
-      const int64_t at = (row0 + t) * p.list_cap + sub;
-      int2* dst = Stage::lst(slot);
-      cp_async_ca<4>(&dst->x, p.list_j + at);
-      cp_async_ca<4>(&dst->y, p.list_p + at);
-    }
-    cp_async_commit_mem();
-  };
-  const auto stage_k = [&](int jt, int cnt, int cnt_all, int slot) {
-    if (cnt_all > 0) {  // (warp-uniform)
-      const auto row_bits = reinterpret_cast<unsigned long long>(k_row_of(jt));
-#pragma unroll
-      for (int u = 0; u < kStagedEntries; ++u) {
-        if (u >= cnt_all) break;
-        const auto row = __shfl_sync(0xffffffffu, row_bits, u & (kLanes - 1), kLanes);
-        if (u < cnt)
-          cp_async_ca<2 * kV>(Stage::k(slot, u), reinterpret_cast<const __nv_bfloat16*>(row) + d0);
-      }
-      if (sub < cnt) cp_async_ca<16>(Stage::ku(slot), ku_head + static_cast<int64_t>(jt) * kLowRank);
-    }
-    cp_async_commit_mem();
-  };
-  const auto warp_count = [&](int cnt) { return kLanes == 32 ? cnt : max(cnt, __shfl_xor_sync(0xffffffffu, cnt, 16)); };
   // The first step's columns and all its list slots in flight during the scalar phase (the counts are not known
   // yet: the slots past them, never written, are zeroed below; without this, a row with entries waited for its
   // list after the scalar phase, and trained-like rows, ~3 entries each, got 2% slower: session 14, run 2).
@@ -669,41 +562,21 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     sc[3 * lane + 2] = make_float4(c, rest, s, __int_as_float(cnt));
   }
   __syncwarp();
-  if (sub >= count_of(half)) {
+  if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
     set_a.jt = 0;
     set_a.pt = 0.0f;
   }
-  // The copies' order, kept by every step: at step n's top, the list of the row after this one (older) and this
-  // row's K rows are in flight, in list slot (n + 1) & 1 and K slot n & 1.
-  stage_list(half + kR, 1);
-  {
-    const int cnt0 = count_of(half);
-    stage_k(set_a.jt, cnt0, warp_count(cnt0), 0);
-  }
   __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first + half) * p.H + h) * D + d0;
-  // One step (the n-th): this half's row t from `x`, the next step's loads into `x_next`. The walk calls it with
-  // two sets of registers in turn (v1.38): with one set copied from the other at the end of each step, the copy
-  // waited for the next row's loads at the top of the following step instead of where they are used (6% of the
-  // stall samples, q4 rows).
-  const auto step = [&](int t, int n, const ThreshColLoads<D, kLanes>& x, ThreshColLoads<D, kLanes>& x_next) {
+  // One step: this half's row t from `x`, the next step's loads into `x_next`. The walk calls it with two sets of
+  // registers in turn (v1.38): with one set copied from the other at the end of each step, the copy waited for the
+  // next row's loads at the top of the following step instead of where they are used (6% of the stall samples, q4
+  // rows).
+  const auto step = [&](int t, const ThreshColLoads<D, kLanes>& x, ThreshColLoads<D, kLanes>& x_next) {
     const bool valid = kR == 1 || t < nr;
-    const bool more = t - half + kR < nr;  // (warp-uniform) a next step; else `x_next` keeps stale values
-    if (more) {
-      const int tn = t + kR, cnt_n = count_of(tn);
-      cp_async_wait_mem<1>();  // the next row's list (the older of the two groups in flight)
-      int jn = 0;
-      float pn = 0.0f;
-      if (sub < cnt_n) {
-        const int2 e = *Stage::lst((n + 1) & 1);
-        jn = e.x, pn = __int_as_float(e.y);
-      }
-      stage_list(tn + kR, n & 1);
-      stage_k(jn, cnt_n, warp_count(cnt_n), (n + 1) & 1);
+    if (t - half + kR < nr) {  // (else `x_next` keeps stale values: never read)
       dqa += kR * D;
       qr += kR * p.q.s1;
-      x_next = col_loads(tn, 0);
-      x_next.jt = jn;
-      x_next.pt = pn;
+      x_next = col_loads(t + kR, t + kR < nr ? __float_as_int(sc[3 * (t + kR) + 2].w) : 0);
     }
     float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0, v2 = v0;  // a half past the last row: zeros
     if (valid) v0 = sc[3 * t], v1 = sc[3 * t + 1], v2 = sc[3 * t + 2];
@@ -711,28 +584,26 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     float c = v2.x, rest = v2.y;
     const int cnt = __float_as_int(v2.w);
     // The loops' bound: the row's count, or the larger of the two rows' (warp-uniform either way).
-    const int cnt_all = warp_count(cnt);
+    const int cnt_all = kLanes == 32 ? cnt : max(cnt, __shfl_xor_sync(0xffffffffu, cnt, 16));
     float acc[kV], back[kV];
 #pragma unroll
     for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
     const int jt = x.jt;
     const float pt = x.pt;
     if (cnt_all > 0) {  // (warp-uniform) the list arithmetic of this step's rows
-      // This row's copies: the two groups after them may stay in flight.
-      if (more) {
-        cp_async_wait_mem<2>();
-      } else {
-        cp_async_wait_mem<0>();
-      }
       float s = v1.z;  // s_rec
-      // This lane's entry's bf16(K U), the tail's 6 columns only.
-      static_assert(kTailRank == 6, "the tail's columns are the first three words of the staged K U row");
+      // This lane's entry's bf16(K U), the tail's 6 columns only: one 8- and one 4-byte load. A 16-byte load
+      // whose last word is never used made ptxas reuse that word's register at once, so the warp waited for the
+      // load there, before the K rows' loads were issued (v1.38: 9% of the stall samples on q4 rows).
+      static_assert(kTailRank == 6, "the tail's columns are loaded as 8 + 4 bytes");
       uint32_t ku[kTailRank / 2] = {0, 0, 0};
       if (sub < cnt) {
-        const uint4 a = *Stage::ku(n & 1);
-        ku[0] = a.x, ku[1] = a.y, ku[2] = a.z;
+        const auto* kp = reinterpret_cast<const uint32_t*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
+        const uint2 a = *reinterpret_cast<const uint2*>(kp);
+        ku[0] = a.x, ku[1] = a.y, ku[2] = kp[2];
       }
-      thresh_entries_k<kV, kLanes>(k_row_of(jt), d0, pt, cnt, cnt_all, n & 1, acc);  // (k_row: past the staged)
+      const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
+      thresh_entries_k<kV, kLanes>(k_row, d0, pt, cnt, cnt_all, acc);
       const float mass = thresh_listed_share<kLanes>(ku, pt, lane, tail);
       if (cnt > 0) rest = thresh_row_rest(p, i_first + t, cnt, mass, v1.w, true, s, c);
       __syncwarp();  // every lane has read its row's scalars (racecheck: the shuffles above order no memory)
@@ -757,17 +628,16 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   ThreshColLoads<D, kLanes> set_b;
   if constexpr (kLanes == 32) {
     for (int t = 0; t < nr; t += 2) {
-      step(t, t, set_a, set_b);
+      step(t, set_a, set_b);
       if (t + 1 >= nr) break;
-      step(t + 1, t + 1, set_b, set_a);
+      step(t + 1, set_b, set_a);
     }
   } else {  // two sets of registers spilled 46 words at <64, 16> (80 registers): the copy, as before v1.38
-    for (int t = half, n = 0; t - half < nr; t += kR, ++n) {
-      step(t, n, set_a, set_b);
+    for (int t = half; t - half < nr; t += kR) {
+      step(t, set_a, set_b);
       set_a = set_b;
     }
   }
-  cp_async_wait_mem<0>();  // (nothing is left in flight: the last step waited for all, or had no entries to wait for)
   __syncwarp();
   if (lane < nr) {  // rest_i for the uniform part, s_i and r_i for the audit's diagnostics (host_dispatch.cc)
     const int64_t row = row0 + lane;
@@ -823,7 +693,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   if (i < i_end)  // v1.35 (kLanes = 32), v1.37 (16)
     thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3, b, h, hk, i,
-                                           i_end - i, lane, part);  // (dynamic shared memory: ThreshStage<kV>)
+                                           i_end - i, lane, part);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).
   // With two rows per warp a lane wrote D / 16 columns of its half's slots and now reads D / 32 columns of every

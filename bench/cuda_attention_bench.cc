@@ -39,6 +39,29 @@ std::vector<float> random_values(size_t n, uint64_t seed, float scale = 1.0f) {
   return h;
 }
 
+// --local's queries: q_i = 0.6 (K_a + K_a+1 + K_a+2 + K_i + K_i-1 + K_i-2) of the same batch and head, a = 32
+// floor(i / 32) the start of i's segment of 32 tokens (indices clamped to 0 .. i, so causal rows see every key they
+// are built from). Each row then lists the keys of its segment's start and its own neighbours: at N = 4096, D = 128
+// ~2.5 entries >= 1/16 a row with causal masking (2.0 without), ~7 distinct keys per 8 consecutive rows (64% of the
+// entries repeat a key of the warp's other rows); the captured states have 3.3-3.8 entries, 7-8 keys and 69-77%
+// (bench/row_entries.py; Gaussian q x 4 rows: 2.7-2.9, 22 and 0%).
+std::vector<float> local_queries(const std::vector<float>& k, int64_t B, int64_t N, int64_t H, int64_t D) {
+  std::vector<float> q(k.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t bi = 0; bi < B * N; ++bi) {
+    const int64_t b = bi / N, i = bi % N, a = i / 32 * 32;
+    const int64_t src[6] = {a, std::min(a + 1, i), std::min(a + 2, i), i, std::max<int64_t>(i - 1, 0),
+                            std::max<int64_t>(i - 2, 0)};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        float x = 0.0f;
+        for (int64_t j : src) x += k[static_cast<size_t>(((b * N + j) * H + h) * D + d)];
+        q[static_cast<size_t>(((b * N + i) * H + h) * D + d)] = 0.6f * x;
+      }
+  }
+  return q;
+}
+
 void* upload(const std::vector<float>& x) {
   const size_t n = x.size();
   std::vector<__nv_bfloat16> h(n);
@@ -83,22 +106,25 @@ float median_ms(F f, int reps) {
 
 }  // namespace
 
-// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink]. The filters
+// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink | --local]. The filters
 // let a profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table
 // runs (four shapes; --shape may also name any other of the grid, e.g. 64:4096:0). --q-scale multiplies q
 // (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every sequence an attention sink (at
 // D = 128 its score is ~8.5 above the rest on average, so most rows give it P >= 1/16): every row lists the same
-// key, the worst case for thresh-lowrank's scattered dK corrections.
+// key, the worst case for thresh-lowrank's scattered dK corrections. --local builds each query from nearby keys
+// (local_queries): trained-like rows whose listed keys repeat among neighbouring rows as in the captured states.
 int main(int argc, char** argv) {
   using namespace gproj;
   std::string only, shape_filter;
   int reps = 3;
   float q_scale = 1.0f;
-  bool sink = false;
+  bool sink = false, local = false;
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
     if (arg == "--sink") {
       sink = true;
+    } else if (arg == "--local") {
+      local = true;
     } else if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--q-scale") && a + 1 < argc) {
       const std::string val = argv[++a];
       if (arg == "--only") only = val;
@@ -106,7 +132,8 @@ int main(int argc, char** argv) {
       else if (arg == "--reps") reps = std::atoi(val.c_str());
       else q_scale = std::strtof(val.c_str(), nullptr);
     } else {
-      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink | --local]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -122,8 +149,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--q-scale must be in (0, 64]\n");
     return 2;
   }
+  if (local && (sink || q_scale != 1.0f)) {
+    std::fprintf(stderr, "--local builds the queries itself: it takes neither --sink nor --q-scale\n");
+    return 2;
+  }
   if (q_scale != 1.0f) std::printf("# q scaled by %g (sharper softmax rows than the default inputs)\n", q_scale);
   if (sink) std::printf("# key 0 of every sequence is an attention sink\n");
+  if (local) std::printf("# queries built from nearby keys (--local: trained-like rows whose keys repeat locally)\n");
   std::printf("%-10s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
               "bwd TF/s");
   struct Shape {
@@ -161,6 +193,7 @@ int main(int argc, char** argv) {
         const int64_t H = 2048 / D, B = 16384 / N;  // B N = 16k tokens, H D = 2048 (GUIDE §5)
         const size_t n = static_cast<size_t>(B * N * H * D);
         std::vector<float> hq = random_values(n, 1, q_scale), hk = random_values(n, 2);
+        if (local) hq = local_queries(hk, B, N, H, D);
         if (sink) {  // q_i[0] += 4 and K_0[0] = 24: key 0's score is 96 / sqrt(D) above its plain value
           for (size_t r = 0; r < n / D; ++r) hq[r * D] += 4.0f;
           for (int64_t b = 0; b < B; ++b)

@@ -167,15 +167,54 @@ def warp_entries(q, k, causal, threshold=1.0 / 16, claims=2):
             "rounds_warp": rounds_warp[more].float().mean().item() if n_more else 0.0}
 
 
-def synthetic(N, D, q_scale=1.0, sink=False, H=2, seed=0):
+def dq_warp_keys(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, slots=8):
+    """The listed entries' dK corrections in thresh_dq_kernel, whose warp walks 8 consecutive rows of one head
+    (src/cuda/projection_tc.cuh) and sums them per key in a table of `slots` keys (8 at D = 128) before one atomic
+    per key; an entry whose key finds no free slot is one atomic of its own. Per warp with an entry: the mean entries
+    ("entries_per_warp") and distinct keys ("keys_per_warp"), the share of entries whose key another of the warp's
+    entries also lists ("repeat_share"), the share that go straight to the atomics ("direct_share": the table takes
+    the first `slots` keys in walk order, rows in order and each row's keys in ascending order, an approximation of
+    the list's order) and the atomics per entry, the table's flush included ("atomics_per_entry"). A trailing
+    partial warp is left out."""
+    p = scores(q, k, causal).softmax(-1).to(torch.bfloat16).float()
+    B, H, N, Nk = p.shape
+    n = N // rows_per_warp * rows_per_warp
+    listed = (p[..., :n, :] >= threshold).reshape(-1, rows_per_warp, Nk)  # (warps, rows, keys)
+    listed = listed[listed.any(2).any(1)]
+    if listed.shape[0] == 0:
+        return {"entries_per_warp": 0.0, "keys_per_warp": 0.0, "repeat_share": 0.0, "direct_share": 0.0,
+                "atomics_per_entry": 0.0}
+    entries = listed.sum((1, 2)).float()
+    present = listed.any(1)
+    keys = present.sum(1).float()
+    # walk order of each present key: (its first row, the key); the first `slots` of them hold the table's slots
+    first_row = torch.where(present, listed.float().argmax(1), torch.full_like(keys[:, None], rows_per_warp).long())
+    order = torch.where(present, first_row * Nk + torch.arange(Nk), torch.full_like(first_row, rows_per_warp * Nk))
+    rank = order.argsort(1).argsort(1)
+    in_table = present & (rank < slots)
+    direct = (listed & ~in_table[:, None, :]).sum((1, 2)).float()
+    flushes = in_table.sum(1).float()
+    return {"entries_per_warp": entries.mean().item(), "keys_per_warp": keys.mean().item(),
+            "repeat_share": 1 - keys.sum().item() / entries.sum().item(),
+            "direct_share": direct.sum().item() / entries.sum().item(),
+            "atomics_per_entry": (direct.sum() + flushes.sum()).item() / entries.sum().item()}
+
+
+def synthetic(N, D, q_scale=1.0, sink=False, local=False, H=2, seed=0):
     """The benchmark's inputs: Gaussian q, k; q_scale multiplies q; sink adds 4 to every q[..., 0] and sets key 0's
-    first element to 24 (cuda_attention_bench.cc, --sink)."""
+    first element to 24 (cuda_attention_bench.cc, --sink); local builds q_i = 0.6 (k_a + k_a+1 + k_a+2 + k_i +
+    k_i-1 + k_i-2), a = 32 floor(i / 32), indices clamped to 0 .. i (--local, local_queries)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(1, N, H, D, generator=g) * q_scale
     k = torch.randn(1, N, H, D, generator=g)
     if sink:
         q[..., 0] += 4.0
         k[:, 0, :, 0] = 24.0
+    if local:
+        i = torch.arange(N)
+        a = i // 32 * 32
+        src = (a, torch.minimum(a + 1, i), torch.minimum(a + 2, i), i, (i - 1).clamp(min=0), (i - 2).clamp(min=0))
+        q = 0.6 * sum(k[:, s] for s in src)
     return q.bfloat16().float(), k.bfloat16().float()
 
 
@@ -192,13 +231,15 @@ def main(argv):
     for path in args.state:
         q, k, causal = read_state(path)
         rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})",
-                     {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal)}))
+                     {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal),
+                      **dq_warp_keys(q, k, causal)}))
     for label, kw in (("Gaussian", {}), ("Gaussian, q x 2", {"q_scale": 2.0}), ("Gaussian, q x 4", {"q_scale": 4.0}),
-                      ("Gaussian, sink at key 0", {"sink": True})):
+                      ("Gaussian, sink at key 0", {"sink": True}), ("local (queries from nearby keys)", {"local": True})):
         for causal in (False, True):
             q, k = synthetic(args.n, args.d, **kw)
             rows.append((f"{label}, N = {args.n}, D = {args.d} ({'causal' if causal else 'full'})",
-                         {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal)}))
+                         {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal),
+                          **dq_warp_keys(q, k, causal)}))
     lines = [f"<!-- python3 {' '.join(argv)}; torch {torch.__version__}, Python {platform.python_version()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC -->",
              "| inputs | entries >= 1/16 per row | rows with one or more | mean max P | rows listing key 0 | "
@@ -217,6 +258,14 @@ def main(argv):
     for name, r in rows:
         lines.append(f"| {name} | {100 * r['warps_with_entries']:.1f}% | {100 * r['warps_with_rest']:.1f}% | "
                      f"{r['rest_mean']:.1f} / {r['rest_max']} | {r['rounds_lane']:.2f} / {r['rounds_warp']:.2f} |")
+    lines += ["", "The dQ postprocess's listed entries per warp of 8 rows with an entry, and its dK atomics "
+              "(dq_warp_keys: a table of 8 keys per warp, D = 128):", "",
+              "| inputs | entries / distinct keys per warp | entries whose key repeats in the warp | entries past the "
+              "table (direct atomics) | atomics per entry, the table's flush included |",
+              "|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r['entries_per_warp']:.1f} / {r['keys_per_warp']:.1f} | "
+                     f"{100 * r['repeat_share']:.0f}% | {100 * r['direct_share']:.0f}% | {r['atomics_per_entry']:.2f} |")
     print_and_save("\n".join(lines) + "\n", args.out)
 
 

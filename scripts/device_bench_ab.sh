@@ -3,7 +3,8 @@
 # A/B of kernel versions (device_check.sh's COMPARE_BENCH compares one earlier build with this one).
 #   BENCHES  directories, each with bench.tar.xz (cuda_attention_bench alone) or pack.tar.xz (.prebuilt) and COMMIT
 #            (default ".prebuilt_alt_bench .prebuilt"); bench/README or device_check.sh say how to pack one
-#   SHAPES   (default "128:4096:0 128:4096:1"), INPUTS (default "gaussian"; q4 = --q-scale 4, sink = --sink)
+#   SHAPES   (default "128:4096:0 128:4096:1"), INPUTS (default "gaussian"; q4 = --q-scale 4, sink = --sink,
+#            local = --local)
 #   ONLY     the variants (default "baseline gproj"), ROUNDS (default 2: the builds in turn, then again)
 #   NCU=1    also each build's per-kernel times of one backward without ncu's cache flush or clock lock, for the
 #            variants in NCU_ONLY (default gproj), each shape and each input kind

@@ -72,13 +72,14 @@ ncu_source_page() {
   rm -f "$rep.ncu-rep"
 }
 
-# input_args KIND: cuda_attention_bench's arguments for an input kind (gaussian | q4 | sink), or an error.
+# input_args KIND: cuda_attention_bench's arguments for an input kind (gaussian | q4 | sink | local), or an error.
 input_args() {
   case "$1" in
     gaussian) echo "" ;;
     q4) echo "--q-scale 4" ;;
     sink) echo "--sink" ;;
-    *) echo "unknown input kind $1 (gaussian, q4 or sink)" >&2; return 2 ;;
+    local) echo "--local" ;;
+    *) echo "unknown input kind $1 (gaussian, q4, sink or local)" >&2; return 2 ;;
   esac
 }
 

@@ -5,7 +5,7 @@
 # kernel of both and of gproj's dQ correction on Gaussian inputs (ncu_source_page in scripts/device_env.sh).
 # Device tool: `GPROJ_COMMIT=<commit> bash scripts/device_profile_overhead.sh`, carry [".gproj_commit", ".prebuilt"].
 #   SHAPES  (default "128:4096:0 128:4096:1 64:1024:1"; D:N:causal, the last the training testbed's)
-#   INPUTS  (default "gaussian q4"; q4 = --q-scale 4, sink = --sink)
+#   INPUTS  (default "gaussian q4"; q4 = --q-scale 4, sink = --sink, local = --local)
 #   SASS_INPUT, SASS_SHAPE: the inputs and shape of the source pages (default gaussian, 128:4096:0; q4 is closer to
 #     trained attention, whose rows list ~3 entries)
 #   NCU_WARM=1: the times without ncu's cache flush and clock lock (--cache-control none --clock-control none), so

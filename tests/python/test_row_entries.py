@@ -83,3 +83,38 @@ def test_warp_entries_on_a_sink():
             rest += max(0, mine - 2)
     assert causal["warps_with_entries"] == 1 / 4 and causal["rest_max"] == rest and causal["rest_mean"] == rest
     assert causal["warps_with_rest"] == (1 / 4 if rest else 0)
+
+
+def test_dq_warp_keys_on_known_rows():
+    rows = load("row_entries", ROOT / "bench" / "row_entries.py")
+    D, N = 16, 32  # four warps of 8 rows
+    q, k = torch.zeros(1, N, 1, D), torch.zeros(1, N, 1, D)
+    none = rows.dq_warp_keys(q, k, causal=False)  # P = 1/32 everywhere: no entry, no warp counted
+    assert none["entries_per_warp"] == 0 and none["atomics_per_entry"] == 0
+    k[0, 0, 0, 0] = 100.0  # a sink: every row lists key 0 alone, one key per warp, one atomic per 8 entries
+    q[..., 0] = 1.0
+    sink = rows.dq_warp_keys(q, k, causal=False)
+    assert sink["entries_per_warp"] == 8 and sink["keys_per_warp"] == 1
+    assert sink["repeat_share"] == 7 / 8 and sink["direct_share"] == 0 and sink["atomics_per_entry"] == 1 / 8
+    # row i lists key i alone (a diagonal of distinct keys): 8 keys per warp fill the 8 slots, 1 atomic per entry;
+    # with 4 slots half the entries go straight to the atomics and the flush adds 4 per warp
+    q, k = torch.zeros(1, N, 1, N), torch.eye(N).reshape(1, N, 1, N) * 100.0
+    q[0, :, 0, :] = torch.eye(N)
+    diag = rows.dq_warp_keys(q, k, causal=False)
+    assert diag["entries_per_warp"] == 8 and diag["keys_per_warp"] == 8 and diag["repeat_share"] == 0
+    assert diag["direct_share"] == 0 and diag["atomics_per_entry"] == 1
+    few = rows.dq_warp_keys(q, k, causal=False, slots=4)
+    assert few["direct_share"] == 0.5 and few["atomics_per_entry"] == 1
+
+
+def test_local_queries_list_their_own_keys():
+    rows = load("row_entries", ROOT / "bench" / "row_entries.py")
+    q, k = rows.synthetic(256, 128, local=True)
+    # q_i is built from six keys of its own segment and neighbourhood: those dominate row i's scores
+    s = q[0, :, 0] @ k[0, :, 0].T
+    i = torch.arange(256)
+    assert (s.argmax(1) - i).abs().le(i % 32 + 2).float().mean() > 0.99
+    r = rows.dq_warp_keys(q, k, causal=True)
+    assert r["repeat_share"] > 0.4 and r["entries_per_warp"] > 8
+    plain = rows.dq_warp_keys(*rows.synthetic(256, 128, q_scale=4.0), causal=False)
+    assert plain["repeat_share"] < 0.1  # Gaussian rows list keys that do not repeat

@@ -499,6 +499,86 @@ struct ThreshColLoads {
   float pt;
 };
 
+// v1.41 (kLanes = 32): the list arithmetic of the warp's rows with entries, all rows at once, after the scalar phase
+// (which left s_rec, c = r_i / s_rec and the count in `sc`). Before, each row with entries ran it in the walk: its
+// entries' K U loaded in that row (a memory round trip), the listed share summed over the warp (group_sum8, 17
+// exchanges), then its rest_i (two IEEE divisions): ~110 of the ~260 instructions a row with entries added, on
+// rows whose keys repeat as the captured states' (session 27, runs 3-4). Now lane e takes entry e of the warp's
+// entries laid end to end in row order (32 at a time; the rows' offsets from a prefix sum of their counts): its
+// slot (j, p), bf16(K U) row and products p (K U)_v, p; a segmented scan over the lanes sums them per row, and each
+// row's last lane in the chunk adds its sums into the warp's 8 x 8 floats `acc8` (a row split between two chunks
+// gets two adds, in chunk order: deterministic). Then lane t < nr, for a row with entries, subtracts the listed
+// share from the record's tail, forms s_i, c_i and rest_i from its mass (thresh_row_rest, as before) and leaves
+// them in `sc`, where the walk reads them as it does a row without entries'. The sums' order differs from
+// group_sum8's (a few units in the last place of the tail and mass); the walk's per-row work on entries is left
+// with the K rows (thresh_entries_k) and the dK corrections. A warp whose rows list nothing pays one vote.
+__device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const __nv_bfloat16* ku_head, float4* sc,
+                                                    float* acc8, int64_t row0, int i_first, int nr, int lane) {
+  const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;
+  if (!__any_sync(0xffffffffu, cnt_l > 0)) return;
+  int incl = cnt_l;  // rows 0 .. lane's entries (lanes >= nr add nothing)
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) {
+    const int x = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += x;
+  }
+  const int total = __shfl_sync(0xffffffffu, incl, 7);
+  acc8[lane] = 0.0f;
+  acc8[lane + 32] = 0.0f;
+  __syncwarp();
+  for (int base = 0; base < total; base += 32) {
+    const int g = base + lane;
+    int r = 0;  // the row of entry g: the rows whose entries all come before it (nr for g >= total)
+#pragma unroll
+    for (int t = 0; t < 8; ++t) r += __shfl_sync(0xffffffffu, incl, t) <= g ? 1 : 0;
+    const int before = __shfl_sync(0xffffffffu, incl, max(r - 1, 0));
+    const bool live = g < total;
+    float y[kTailRank + 1];
+#pragma unroll
+    for (int v = 0; v <= kTailRank; ++v) y[v] = 0.0f;
+    if (live) {
+      const int64_t at = (row0 + r) * p.list_cap + (g - (r > 0 ? before : 0));
+      const int j = p.list_j[at];
+      const float pj = p.list_p[at];
+      const auto* kp = reinterpret_cast<const uint32_t*>(ku_head + static_cast<int64_t>(j) * kLowRank);
+      const uint2 a = *reinterpret_cast<const uint2*>(kp);
+      const uint32_t w[kTailRank / 2] = {a.x, a.y, kp[2]};
+#pragma unroll
+      for (int v = 0; v < kTailRank; ++v) y[v] = pj * (v % 2 == 0 ? bf16_lo(w[v / 2]) : bf16_hi(w[v / 2]));
+      y[kTailRank] = pj;
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {  // segmented inclusive scan: the rows' entries are contiguous
+      const int ro = __shfl_up_sync(0xffffffffu, r, o);
+      float yo[kTailRank + 1];
+#pragma unroll
+      for (int v = 0; v <= kTailRank; ++v) yo[v] = __shfl_up_sync(0xffffffffu, y[v], o);
+      if (lane >= o && ro == r) {
+#pragma unroll
+        for (int v = 0; v <= kTailRank; ++v) y[v] += yo[v];
+      }
+    }
+    const int r_next = __shfl_down_sync(0xffffffffu, r, 1);
+    if (live && (lane == 31 || r_next != r)) {  // the row's last entry in this chunk: one lane per row
+#pragma unroll
+      for (int v = 0; v <= kTailRank; ++v) acc8[r * 8 + v] += y[v];
+    }
+    __syncwarp();
+  }
+  if (cnt_l > 0) {  // (lane < nr)
+    float4 r0 = sc[3 * lane], r1 = sc[3 * lane + 1];
+    const float4 v2 = sc[3 * lane + 2];
+    const float* a = acc8 + lane * 8;
+    r0.x -= a[0], r0.y -= a[1], r0.z -= a[2], r0.w -= a[3], r1.x -= a[4], r1.y -= a[5];
+    float s = r1.z, c = v2.x;  // s_rec, r_i / s_rec
+    const float rest = thresh_row_rest(p, i_first + lane, cnt_l, a[kTailRank], r1.w, true, s, c);
+    sc[3 * lane] = r0;
+    sc[3 * lane + 1] = r1;
+    sc[3 * lane + 2] = make_float4(c, rest, s, v2.w);
+  }
+  __syncwarp();
+}
+
 // kLanes = 16 (v1.37, D = 64 when thresh_k <= 16): the same two phases with two rows per step, a half-warp each
 // (rows 2 s and 2 s + 1); a half past the warp's last row loads nothing and writes nothing. The entry loops run
 // to the larger of the two rows' counts; a row without entries keeps its scalar-phase values (its half's p are
@@ -506,8 +586,8 @@ struct ThreshColLoads {
 template <int D, int kLanes, bool kTiled>
 __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const float* su,
                                                     const __nv_bfloat16* ku_head, WarpDkTable<D, kLanes>& tab,
-                                                    float4* sc, int b, int h, int hk, int i_first, int nr, int lane,
-                                                    float (&part)[D / kLanes]) {
+                                                    float4* sc, float* acc8, int b, int h, int hk, int i_first,
+                                                    int nr, int lane, float (&part)[D / kLanes]) {
   constexpr int kV = D / kLanes, kR = 32 / kLanes;  // columns per lane, rows per step
   const int sub = kLanes == 32 ? lane : lane % kLanes, half = kLanes == 32 ? 0 : lane / kLanes;  // (lane < 32)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h, row0 = bh * p.Nq + i_first;
@@ -562,6 +642,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     sc[3 * lane + 2] = make_float4(c, rest, s, __int_as_float(cnt));
   }
   __syncwarp();
+  if constexpr (kLanes == 32) thresh_list_scalars(p, ku_head, sc, acc8, row0, i_first, nr, lane);  // v1.41
   if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
     set_a.jt = 0;
     set_a.pt = 0.0f;
@@ -590,7 +671,10 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
     const int jt = x.jt;
     const float pt = x.pt;
-    if (cnt_all > 0) {  // (warp-uniform) the list arithmetic of this step's rows
+    if (kLanes == 32 && cnt_all > 0) {  // v1.41: the scalars are final in `sc`; the K rows are left
+      const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
+      thresh_entries_k<kV, kLanes>(k_row, d0, pt, cnt, cnt_all, acc);
+    } else if (cnt_all > 0) {  // (warp-uniform) the list arithmetic of this step's rows
       float s = v1.z;  // s_rec
       // This lane's entry's bf16(K U), the tail's 6 columns only: one 8- and one 4-byte load. A 16-byte load
       // whose last word is never used made ptxas reuse that word's register at once, so the warp waited for the
@@ -673,6 +757,8 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   __shared__ float sp[kWarps * D];
   __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];
   __shared__ float4 scal[kWarps * kRowsPerWarp * 3];  // v1.35: [warp][row][12] scalars
+  static_assert(kLanes == 16 || kRowsPerWarp == 8, "v1.41: a warp's rows' sums are 8 x 8 floats");
+  __shared__ float acc8[kLanes == 32 ? kWarps * 64 : 1];  // v1.41: [warp][row][8] listed shares and masses
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
@@ -692,8 +778,8 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
   int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   if (i < i_end)  // v1.35 (kLanes = 32), v1.37 (16)
-    thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3, b, h, hk, i,
-                                           i_end - i, lane, part);
+    thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3,
+                                           acc8 + (kLanes == 32 ? warp * 64 : 0), b, h, hk, i, i_end - i, lane, part);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).
   // With two rows per warp a lane wrote D / 16 columns of its half's slots and now reads D / 32 columns of every

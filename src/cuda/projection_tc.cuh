@@ -487,8 +487,9 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
 // for a row that lists nothing, rest_i and s_i, into the warp's [8][12] floats of shared memory. The rows are then
 // walked in order as before, each reading its scalars with three broadcast loads; a row with entries recomputes
 // its tail, mass, s_i, c_i and rest_i from its list exactly as the one-row path before v1.35 did (the same
-// operations in the same order, so the same bits). rest_i, s_i and r_i go out from the table at the end, one row
-// per lane.
+// operations in the same order, so the same bits; since v1.41 at kLanes = 32 thresh_list_scalars forms them for
+// all the warp's rows before the walk instead). rest_i, s_i and r_i go out from the table at the end, one row per
+// lane.
 // Each row's dQacc and Q columns (and list slots, when its count says it has entries) are loaded a row ahead.
 template <int D, int kLanes = 32>
 struct ThreshColLoads {

@@ -513,10 +513,14 @@ struct ThreshColLoads {
 // them in `sc`, where the walk reads them as it does a row without entries'. The sums' order differs from
 // group_sum8's (a few units in the last place of the tail and mass); the walk's per-row work on entries is left
 // with the K rows (thresh_entries_k) and the dK corrections. A warp whose rows list nothing pays one vote.
-__device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const __nv_bfloat16* ku_head, float4* sc,
-                                                    float* acc8, int64_t row0, int i_first, int nr, int lane) {
+// The sums of thresh_list_scalars (into acc8), a function of its own (v1.41b): inlined, it changed ptxas's schedule
+// of the walk that follows it, and rows without entries, which never run it, took 118 instead of 111 us (session
+// 27, run 5). Its arguments are values, not the kernel's parameter block, whose address would put a copy of it in
+// local memory.
+__device__ __noinline__ void thresh_list_sums(const int* list_j, const float* list_p, int list_cap,
+                                              const __nv_bfloat16* ku_head, const float4* sc, float* acc8,
+                                              int64_t row0, int nr, int lane) {
   const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;
-  if (!__any_sync(0xffffffffu, cnt_l > 0)) return;
   int incl = cnt_l;  // rows 0 .. lane's entries (lanes >= nr add nothing)
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) {
@@ -538,9 +542,9 @@ __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const
 #pragma unroll
     for (int v = 0; v <= kTailRank; ++v) y[v] = 0.0f;
     if (live) {
-      const int64_t at = (row0 + r) * p.list_cap + (g - (r > 0 ? before : 0));
-      const int j = p.list_j[at];
-      const float pj = p.list_p[at];
+      const int64_t at = (row0 + r) * list_cap + (g - (r > 0 ? before : 0));
+      const int j = list_j[at];
+      const float pj = list_p[at];
       const auto* kp = reinterpret_cast<const uint32_t*>(ku_head + static_cast<int64_t>(j) * kLowRank);
       const uint2 a = *reinterpret_cast<const uint2*>(kp);
       const uint32_t w[kTailRank / 2] = {a.x, a.y, kp[2]};
@@ -566,6 +570,13 @@ __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const
     }
     __syncwarp();
   }
+}
+
+__device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const __nv_bfloat16* ku_head, float4* sc,
+                                                    float* acc8, int64_t row0, int i_first, int nr, int lane) {
+  const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;
+  if (!__any_sync(0xffffffffu, cnt_l > 0)) return;
+  thresh_list_sums(p.list_j, p.list_p, p.list_cap, ku_head, sc, acc8, row0, nr, lane);
   if (cnt_l > 0) {  // (lane < nr)
     float4 r0 = sc[3 * lane], r1 = sc[3 * lane + 1];
     const float4 v2 = sc[3 * lane + 2];

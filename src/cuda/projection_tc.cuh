@@ -513,7 +513,8 @@ struct ThreshColLoads {
 // them in `sc`, where the walk reads them as it does a row without entries'. The sums' order differs from
 // group_sum8's (a few units in the last place of the tail and mass); the walk's per-row work on entries is left
 // with the K rows (thresh_entries_k) and the dK corrections. A warp whose rows list nothing pays one vote.
-// The sums of thresh_list_scalars (into acc8), a function of its own (v1.41b): inlined, it changed ptxas's schedule
+//
+// thresh_list_sums: the sums (into acc8), a function of its own (v1.41b): inlined, they changed ptxas's schedule
 // of the walk that follows it, and rows without entries, which never run it, took 118 instead of 111 us (session
 // 27, run 5). Its arguments are values, not the kernel's parameter block, whose address would put a copy of it in
 // local memory.
@@ -572,6 +573,7 @@ __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* li
   }
 }
 
+// thresh_list_scalars: the vote, the sums, and each row's tail, s_i, c_i and rest_i.
 __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const __nv_bfloat16* ku_head, float4* sc,
                                                     float* acc8, int64_t row0, int i_first, int nr, int lane) {
   const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;

@@ -192,8 +192,8 @@ int main(int argc, char** argv) {
         const bool causal = shape.causal;
         const int64_t H = 2048 / D, B = 16384 / N;  // B N = 16k tokens, H D = 2048 (GUIDE §5)
         const size_t n = static_cast<size_t>(B * N * H * D);
-        std::vector<float> hq = random_values(n, 1, q_scale), hk = random_values(n, 2);
-        if (local) hq = local_queries(hk, B, N, H, D);
+        std::vector<float> hk = random_values(n, 2);
+        std::vector<float> hq = local ? local_queries(hk, B, N, H, D) : random_values(n, 1, q_scale);
         if (sink) {  // q_i[0] += 4 and K_0[0] = 24: key 0's score is 96 / sqrt(D) above its plain value
           for (size_t r = 0; r < n / D; ++r) hq[r * D] += 4.0f;
           for (int64_t b = 0; b < B; ++b)

@@ -345,15 +345,20 @@ __device__ __forceinline__ void group_sum8(float (&v)[8], int lane) {
 // dk_acc as before.
 // v1.31, kLanes = 16 (two rows per warp at D = 64): each half-warp has half of the warp's slots, their keys in its
 // lanes 0..kSlots/2 - 1; a lookup is the same two ballots, each half reading its own bits.
+// v1.42: the table is never zeroed. A slot's first add is a store (`fresh`), which covers its whole row: the row's
+// lanes together hold all D columns. Before, every CTA zeroed its 32 KB of tables before a barrier, ~80 of a
+// warp's ~1470 instructions on rows that never take a slot (Gaussian rows at D = 128).
 template <int D, int kLanes = 32>
 struct WarpDkTable {
   static constexpr int kSlots = 1024 / D;                    // per warp: 8 at D = 128, 16 at D = 64
   static constexpr int kRowSlots = kSlots * kLanes / 32;     // per row's lanes
   float* acc;                                                // [kSlots][D], this warp's
   int key = -1;                                              // lane: the key of its slot (-1: free)
-  // The storage slot of key j for this lane's row (taken if new and `take`), or -1 when every slot of the row's
-  // lanes holds another key. Called by the whole warp (the ballots); each row's lanes may ask for a different j.
-  __device__ int slot(int j, int lane, bool take = true) {
+  // The storage slot of key j for this lane's row (taken if new and `take`; then `fresh`), or -1 when every slot
+  // of the row's lanes holds another key. Called by the whole warp (the ballots); each row's lanes may ask for a
+  // different j.
+  __device__ int slot(int j, int lane, bool take, bool& fresh) {
+    fresh = false;
     const int sub = lane & (kLanes - 1);
     const uint32_t mine = kLanes == 32 ? 0xffffffffu : 0xffffu << (lane & 16);
     const uint32_t hit = __ballot_sync(0xffffffffu, sub < kRowSlots && key == j) & mine;
@@ -367,6 +372,7 @@ struct WarpDkTable {
     if (free == 0 || !take) return -1;
     const int s = __ffs(free) - 1;
     if (lane == s) key = j;
+    fresh = true;
     return to_storage(s);
   }
   // Lane s (a key's holder) to its row of acc: half-warp h's slots follow half 0's.
@@ -455,11 +461,19 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
     const int j = __shfl_sync(0xffffffffu, jt, t & (kCap - 1), kLanes);
     const float w = c * __shfl_sync(0xffffffffu, pt, t & (kCap - 1), kLanes) - rest;
     const bool active = t < cnt;  // (always, one row per warp)
-    const int slot = tab.slot(j, lane, active);
+    bool fresh;
+    const int slot = tab.slot(j, lane, active, fresh);
     if (!active) continue;
     if (slot >= 0) {  // into the warp's per-key sum (the lane's own columns)
       float* a = tab.acc + slot * D + d0;
-      if constexpr (kV == 4) {
+      if (fresh) {  // the slot's first add, onto zeros as before (v1.42: the table is not zeroed)
+        if constexpr (kV == 4) {
+          *reinterpret_cast<float4*>(a) = make_float4(fmaf(-w, qf[0], 0.0f), fmaf(-w, qf[1], 0.0f),
+                                                      fmaf(-w, qf[2], 0.0f), fmaf(-w, qf[3], 0.0f));
+        } else {
+          *reinterpret_cast<float2*>(a) = make_float2(fmaf(-w, qf[0], 0.0f), fmaf(-w, qf[1], 0.0f));
+        }
+      } else if constexpr (kV == 4) {
         float4 t4 = *reinterpret_cast<float4*>(a);
         t4.x = fmaf(-w, qf[0], t4.x), t4.y = fmaf(-w, qf[1], t4.y), t4.z = fmaf(-w, qf[2], t4.z),
         t4.w = fmaf(-w, qf[3], t4.w);
@@ -519,10 +533,9 @@ struct ThreshColLoads {
 // 27, run 5). Its arguments are values, not the kernel's parameter block, whose address would put a copy of it in
 // local memory.
 __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* list_p, int list_cap,
-                                              const __nv_bfloat16* ku_head, const float4* sc, float* acc8,
-                                              int64_t row0, int nr, int lane) {
-  const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;
-  int incl = cnt_l;  // rows 0 .. lane's entries (lanes >= nr add nothing)
+                                              const __nv_bfloat16* ku_head, float* acc8, int64_t row0, int cnt_l,
+                                              int lane) {
+  int incl = cnt_l;  // rows 0 .. lane's entries (cnt_l: lane t < nr, row t's count, from the caller; others 0)
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) {
     const int x = __shfl_up_sync(0xffffffffu, incl, o);
@@ -578,7 +591,7 @@ __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const
                                                     float* acc8, int64_t row0, int i_first, int nr, int lane) {
   const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;
   if (!__any_sync(0xffffffffu, cnt_l > 0)) return;
-  thresh_list_sums(p.list_j, p.list_p, p.list_cap, ku_head, sc, acc8, row0, nr, lane);
+  thresh_list_sums(p.list_j, p.list_p, p.list_cap, ku_head, acc8, row0, cnt_l, lane);
   if (cnt_l > 0) {  // (lane < nr)
     float4 r0 = sc[3 * lane], r1 = sc[3 * lane + 1];
     const float4 v2 = sc[3 * lane + 2];
@@ -597,11 +610,14 @@ __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const
 // (rows 2 s and 2 s + 1); a half past the warp's last row loads nothing and writes nothing. The entry loops run
 // to the larger of the two rows' counts; a row without entries keeps its scalar-phase values (its half's p are
 // zero, so the shared sums leave its tail and mass as they were).
-template <int D, int kLanes, bool kTiled>
+// v1.42: every warp of the CTA calls it (one without rows, nr <= 0, for the barrier alone); stage_su() writes the
+// thread's share of su from registers loaded before the call, just before the barrier that publishes it.
+template <int D, int kLanes, bool kTiled, typename StageSu>
 __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const float* su,
                                                     const __nv_bfloat16* ku_head, WarpDkTable<D, kLanes>& tab,
                                                     float4* sc, float* acc8, int b, int h, int hk, int i_first,
-                                                    int nr, int lane, float (&part)[D / kLanes]) {
+                                                    int nr, int lane, float (&part)[D / kLanes],
+                                                    const StageSu& stage_su) {
   constexpr int kV = D / kLanes, kR = 32 / kLanes;  // columns per lane, rows per step
   const int sub = kLanes == 32 ? lane : lane % kLanes, half = kLanes == 32 ? 0 : lane / kLanes;  // (lane < 32)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h, row0 = bh * p.Nq + i_first;
@@ -641,7 +657,8 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   // The first step's columns and all its list slots in flight during the scalar phase (the counts are not known
   // yet: the slots past them, never written, are zeroed below; without this, a row with entries waited for its
   // list after the scalar phase, and trained-like rows, ~3 entries each, got 2% slower: session 14, run 2).
-  ThreshColLoads<D, kLanes> set_a = col_loads(half, p.list_cap);
+  ThreshColLoads<D, kLanes> set_a = {};
+  if (nr > 0) set_a = col_loads(half, p.list_cap);
   // Scalar phase: lane t < nr, row i_first + t.
   if (lane < nr) {
     const int64_t row = row0 + lane;
@@ -655,7 +672,12 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     sc[3 * lane + 1] = r1;
     sc[3 * lane + 2] = make_float4(c, rest, s, __int_as_float(cnt));
   }
-  __syncwarp();
+  // The CTA's barrier (v1.42: here, not before the walk, so that the CTA's copy of U and the first rows' loads are
+  // in flight together; su's stores after the loads' issue, or the warp would wait for U first): su from every
+  // thread, and sc within the warp. A warp without rows leaves after it.
+  stage_su();
+  __syncthreads();
+  if (nr <= 0) return;
   if constexpr (kLanes == 32) thresh_list_scalars(p, ku_head, sc, acc8, row0, i_first, nr, lane);  // v1.41
   if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
     set_a.jt = 0;
@@ -778,22 +800,30 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   const __nv_bfloat16* ku_head = p.ku + (static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk * kLowRank;  // bf16(K U) of hk
-  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) su[(x % kLowRank) * D + x / kLowRank] = u[x];
-  WarpDkTable<D, kLanes> tab{tab_acc + warp * kSlots * D};
-  // The warp's own table, zeroed lane-strided: a lane later adds into columns other lanes zeroed, so the barrier
-  // below (for su too) is needed for the table as well.
-  for (int x = lane; x < kSlots * D; x += 32) tab.acc[x] = 0.0f;
-  __syncthreads();
+  // U transposed into su, four of a key column's values per thread (v1.42: one 16-byte load each; u's regions start
+  // on 16-byte boundaries). The barrier that publishes su is in thresh_dq_warp_rows, after the first rows' loads
+  // are issued, so that the CTA's first wait on memory is one, not two in a row.
+  static_assert(kLowRank == 8 && D * kLowRank / 4 <= kPostThreads, "one float4 of U per thread");
+  const bool u_thread = threadIdx.x < D * kLowRank / 4;
+  float4 ux = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (u_thread) ux = reinterpret_cast<const float4*>(u)[threadIdx.x];
+  const auto stage_su = [&] {
+    if (!u_thread) return;
+    const int d = threadIdx.x / 2, v0 = (threadIdx.x & 1) * 4;
+    su[v0 * D + d] = ux.x, su[(v0 + 1) * D + d] = ux.y, su[(v0 + 2) * D + d] = ux.z, su[(v0 + 3) * D + d] = ux.w;
+  };
+  WarpDkTable<D, kLanes> tab{tab_acc + warp * kSlots * D};  // (not zeroed: v1.42)
   float part[kV];
 #pragma unroll
   for (int e = 0; e < kV; ++e) part[e] = 0.0f;
   // The warp's rows in order (this lane's: every kRowsAtOnce-th from its half's): the next rows' loads are issued
   // before these rows' arithmetic. A half past i_end loads row i_end - 1 again and writes nothing.
   const int i_end = min(p.Nq, blockIdx.x * kSuffixBlock + (warp + 1) * kRowsPerWarp);
-  int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
-  if (i < i_end)  // v1.35 (kLanes = 32), v1.37 (16)
-    thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3,
-                                           acc8 + (kLanes == 32 ? warp * 64 : 0), b, h, hk, i, i_end - i, lane, part);
+  const int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
+  // v1.35 (kLanes = 32), v1.37 (16). Every warp calls it, one without rows (nr <= 0) for the CTA barrier alone.
+  thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3,
+                                         acc8 + (kLanes == 32 ? warp * 64 : 0), b, h, hk, i, i_end - i, lane, part,
+                                         stage_su);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).
   // With two rows per warp a lane wrote D / 16 columns of its half's slots and now reads D / 32 columns of every
@@ -826,9 +856,11 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sum += sp[w * D + d];
     p.part[(bh * gridDim.x + blockIdx.x) * D + d] = sum;
+    // This CTA's block sum is visible before it counts itself done (v1.42: only its writers fence; the barrier
+    // below orders the fences before thread 0's count).
+    if (!p.causal) __threadfence();
   }
   if (p.causal) return;  // thresh_dkv_causal_kernel forms the suffix sums it needs from the block sums
-  __threadfence();       // this CTA's block sum is visible before it counts itself done
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(&p.head_done[bh], 1) == static_cast<int>(gridDim.x) - 1;
   __syncthreads();

@@ -302,39 +302,6 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   }
 }
 
-// Sums each of v[0..7] over a group of kLanes lanes, the whole warp (32) or each half-warp (16, v1.31: two rows
-// per warp); every lane gets its group's 8 sums: 9 exchanges (8 in a half) and one broadcast per value instead of
-// 8 x 5. The first three steps halve the values a lane carries (the lane with the step's bit set keeps the upper
-// half), plain steps finish the sums. A fixed order: deterministic, the same in every lane. The whole warp calls
-// it converged.
-template <int kLanes>
-__device__ __forceinline__ void group_sum8(float (&v)[8], int lane) {
-  static_assert(kLanes == 32 || kLanes == 16, "a warp or a half-warp");
-  constexpr int kB = kLanes / 2;  // the first step's lane bit
-  const bool up1 = lane & kB, up2 = lane & (kB / 2), up3 = lane & (kB / 4);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {  // lanes without bit kB keep values 0-3, with it 4-7
-    const float send = up1 ? v[k] : v[k + 4], keep = up1 ? v[k + 4] : v[k];
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, kB);
-  }
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const float send = up2 ? v[k] : v[k + 2], keep = up2 ? v[k + 2] : v[k];
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, kB / 2);
-  }
-  {
-    const float send = up3 ? v[0] : v[1], keep = up3 ? v[1] : v[0];
-    v[0] = keep + __shfl_xor_sync(0xffffffffu, send, kB / 4);
-  }
-#pragma unroll
-  for (int o = kB / 8; o >= 1; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
-  // Lane l now holds its group's sum of value 4 (l / kB & 1) + 2 (l / (kB / 2) & 1) + (l / (kB / 4) & 1).
-  const float mine = v[0];
-#pragma unroll
-  for (int k = 0; k < 8; ++k)
-    v[k] = __shfl_sync(0xffffffffu, mine, (k >> 2 & 1) * kB | (k >> 1 & 1) * (kB / 2) | (k & 1) * (kB / 4), kLanes);
-}
-
 // The listed entries' dK corrections of one warp of the dQ correction (its 8 consecutive rows), summed per key in
 // shared memory before they go to dk_acc: rows near each other list the same keys (the diagonal of local
 // attention, a sink every row attends to), so one global float4 atomic per key and lane replaces one per entry.
@@ -414,24 +381,6 @@ __device__ __forceinline__ void thresh_entries_k(const __nv_bfloat16* k_row, int
   }
 }
 
-// The listed entries' own share of P (K U) off the tail, and their P mass: w = this lane's entry's bf16(K U)
-// columns 0 .. kTailRank - 1 (zeros past the count), summed over the row's lanes (group_sum8). The whole warp calls
-// it.
-template <int kLanes>
-__device__ __forceinline__ float thresh_listed_share(const uint32_t (&w)[kTailRank / 2], float pt, int lane,
-                                                     float (&tail)[kTailRank]) {
-  float y[kLowRank];
-#pragma unroll
-  for (int v = 0; v < kTailRank; ++v) y[v] = pt * (v % 2 == 0 ? bf16_lo(w[v / 2]) : bf16_hi(w[v / 2]));
-  y[kTailRank] = pt;
-#pragma unroll
-  for (int v = kTailRank + 1; v < kLowRank; ++v) y[v] = 0.0f;
-  group_sum8<kLanes>(y, lane);
-#pragma unroll
-  for (int v = 0; v < kTailRank; ++v) tail[v] -= y[v];
-  return y[kTailRank];
-}
-
 // rest_i of row i with `cnt` listed entries of P mass `mass`; s and c come in as s_rec and rsum / s_rec and go out
 // as the row's values. With the forward's statistics (v3.9), a row whose visible keys are all listed takes its
 // listed mass as s_i, so that its dS' sums to zero exactly (the CPU's rule, docs/gproj-forward-stats.md); with
@@ -501,8 +450,8 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
 // for a row that lists nothing, rest_i and s_i, into the warp's [8][12] floats of shared memory. The rows are then
 // walked in order as before, each reading its scalars with three broadcast loads; a row with entries recomputes
 // its tail, mass, s_i, c_i and rest_i from its list exactly as the one-row path before v1.35 did (the same
-// operations in the same order, so the same bits; since v1.41 at kLanes = 32 thresh_list_scalars forms them for
-// all the warp's rows before the walk instead). rest_i, s_i and r_i go out from the table at the end, one row per
+// operations in the same order, so the same bits; since v1.41, at kLanes = 16 too since v1.43,
+// thresh_list_scalars forms them for all the warp's rows before the walk instead). rest_i, s_i and r_i go out from the table at the end, one row per
 // lane.
 // Each row's dQacc and Q columns (and list slots, when its count says it has entries) are loaded a row ahead.
 template <int D, int kLanes = 32>
@@ -514,10 +463,10 @@ struct ThreshColLoads {
   float pt;
 };
 
-// v1.41 (kLanes = 32): the list arithmetic of the warp's rows with entries, all rows at once, after the scalar phase
-// (which left s_rec, c = r_i / s_rec and the count in `sc`). Before, each row with entries ran it in the walk: its
-// entries' K U loaded in that row (a memory round trip), the listed share summed over the warp (group_sum8, 17
-// exchanges), then its rest_i (two IEEE divisions): ~110 of the ~260 instructions a row with entries added, on
+// v1.41 (kLanes = 32; v1.43 kLanes = 16 too, where it does not depend on how the walk maps rows to lanes): the
+// list arithmetic of the warp's rows with entries, all rows at once, after the scalar phase (which left s_rec,
+// c = r_i / s_rec and the count in `sc`). Before, each row with entries ran it in the walk: its entries' K U loaded
+// in that row (a memory round trip), the listed share summed over the row's lanes (group_sum8, 17 exchanges), then its rest_i (two IEEE divisions): ~110 of the ~260 instructions a row with entries added, on
 // rows whose keys repeat as the captured states' (session 27, runs 3-4). Now lane e takes entry e of the warp's
 // entries laid end to end in row order (32 at a time; the rows' offsets from a prefix sum of their counts): its
 // slot (j, p), bf16(K U) row and products p (K U)_v, p; a segmented scan over the lanes sums them per row, and each
@@ -525,7 +474,7 @@ struct ThreshColLoads {
 // gets two adds, in chunk order: deterministic). Then lane t < nr, for a row with entries, subtracts the listed
 // share from the record's tail, forms s_i, c_i and rest_i from its mass (thresh_row_rest, as before) and leaves
 // them in `sc`, where the walk reads them as it does a row without entries'. The sums' order differs from
-// group_sum8's (a few units in the last place of the tail and mass); the walk's per-row work on entries is left
+// the walk's group_sum8's before (a few units in the last place of the tail and mass); the walk's per-row work on entries is left
 // with the K rows (thresh_entries_k) and the dK corrections. A warp whose rows list nothing pays one vote.
 //
 // thresh_list_sums: the sums (into acc8), a function of its own (v1.41b): inlined, they changed ptxas's schedule
@@ -608,8 +557,8 @@ __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const
 
 // kLanes = 16 (v1.37, D = 64 when thresh_k <= 16): the same two phases with two rows per step, a half-warp each
 // (rows 2 s and 2 s + 1); a half past the warp's last row loads nothing and writes nothing. The entry loops run
-// to the larger of the two rows' counts; a row without entries keeps its scalar-phase values (its half's p are
-// zero, so the shared sums leave its tail and mass as they were).
+// to the larger of the two rows' counts, the lanes of a shorter row idle (v1.43: the rows' scalars come from
+// thresh_list_scalars, as at kLanes = 32; before, each step summed its two rows' listed shares in the walk).
 // v1.42: every warp of the CTA calls it (one without rows, nr <= 0, for the barrier alone); stage_su() writes the
 // thread's share of su from registers loaded before the call, just before the barrier that publishes it.
 template <int D, int kLanes, bool kTiled, typename StageSu>
@@ -678,7 +627,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   stage_su();
   __syncthreads();
   if (nr <= 0) return;
-  if constexpr (kLanes == 32) thresh_list_scalars(p, ku_head, sc, acc8, row0, i_first, nr, lane);  // v1.41
+  thresh_list_scalars(p, ku_head, sc, acc8, row0, i_first, nr, lane);  // v1.41 (kLanes = 16 too since v1.43)
   if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
     set_a.jt = 0;
     set_a.pt = 0.0f;
@@ -697,8 +646,8 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     }
     float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0, v2 = v0;  // a half past the last row: zeros
     if (valid) v0 = sc[3 * t], v1 = sc[3 * t + 1], v2 = sc[3 * t + 2];
-    float tail[kTailRank] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y};
-    float c = v2.x, rest = v2.y;
+    const float tail[kTailRank] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y};
+    const float c = v2.x, rest = v2.y;
     const int cnt = __float_as_int(v2.w);
     // The loops' bound: the row's count, or the larger of the two rows' (warp-uniform either way).
     const int cnt_all = kLanes == 32 ? cnt : max(cnt, __shfl_xor_sync(0xffffffffu, cnt, 16));
@@ -707,27 +656,9 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
     const int jt = x.jt;
     const float pt = x.pt;
-    if (kLanes == 32 && cnt_all > 0) {  // v1.41: the scalars are final in `sc`; the K rows are left
+    if (cnt_all > 0) {  // v1.41 (v1.43 also at kLanes = 16): the scalars are final in `sc`; the K rows are left
       const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
       thresh_entries_k<kV, kLanes>(k_row, d0, pt, cnt, cnt_all, acc);
-    } else if (cnt_all > 0) {  // (warp-uniform) the list arithmetic of this step's rows
-      float s = v1.z;  // s_rec
-      // This lane's entry's bf16(K U), the tail's 6 columns only: one 8- and one 4-byte load. A 16-byte load
-      // whose last word is never used made ptxas reuse that word's register at once, so the warp waited for the
-      // load there, before the K rows' loads were issued (v1.38: 9% of the stall samples on q4 rows).
-      static_assert(kTailRank == 6, "the tail's columns are loaded as 8 + 4 bytes");
-      uint32_t ku[kTailRank / 2] = {0, 0, 0};
-      if (sub < cnt) {
-        const auto* kp = reinterpret_cast<const uint32_t*>(ku_head + static_cast<int64_t>(jt) * kLowRank);
-        const uint2 a = *reinterpret_cast<const uint2*>(kp);
-        ku[0] = a.x, ku[1] = a.y, ku[2] = kp[2];
-      }
-      const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
-      thresh_entries_k<kV, kLanes>(k_row, d0, pt, cnt, cnt_all, acc);
-      const float mass = thresh_listed_share<kLanes>(ku, pt, lane, tail);
-      if (cnt > 0) rest = thresh_row_rest(p, i_first + t, cnt, mass, v1.w, true, s, c);
-      __syncwarp();  // every lane has read its row's scalars (racecheck: the shuffles above order no memory)
-      if (sub == 0 && cnt > 0) sc[3 * t + 2] = make_float4(c, rest, s, v2.w);  // for the stores at the end
     }
 #pragma unroll
     for (int v = 0; v < kTailRank; ++v)
@@ -793,8 +724,8 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   __shared__ float sp[kWarps * D];
   __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];
   __shared__ float4 scal[kWarps * kRowsPerWarp * 3];  // v1.35: [warp][row][12] scalars
-  static_assert(kLanes == 16 || kRowsPerWarp == 8, "v1.41: a warp's rows' sums are 8 x 8 floats");
-  __shared__ float acc8[kLanes == 32 ? kWarps * 64 : 1];  // v1.41: [warp][row][8] listed shares and masses
+  static_assert(kRowsPerWarp == 8, "v1.41: a warp's rows' sums are 8 x 8 floats");
+  __shared__ float acc8[kWarps * 64];  // v1.41: [warp][row][8] listed shares and masses
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
@@ -822,7 +753,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   // v1.35 (kLanes = 32), v1.37 (16). Every warp calls it, one without rows (nr <= 0) for the CTA barrier alone.
   thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3,
-                                         acc8 + (kLanes == 32 ? warp * 64 : 0), b, h, hk, i, i_end - i, lane, part,
+                                         acc8 + warp * 64, b, h, hk, i, i_end - i, lane, part,
                                          stage_su);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).

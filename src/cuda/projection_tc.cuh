@@ -483,7 +483,7 @@ struct ThreshColLoads {
 // local memory.
 __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* list_p, int list_cap,
                                               const __nv_bfloat16* ku_head, float* acc8, int64_t row0, int cnt_l,
-                                              int lane) {
+                                              int lane, const char* k_head, int64_t k_stride, int k_row_bytes) {
   int incl = cnt_l;  // rows 0 .. lane's entries (cnt_l: lane t < nr, row t's count, from the caller; others 0)
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) {
@@ -514,6 +514,10 @@ __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* li
 #pragma unroll
       for (int v = 0; v < kTailRank; ++v) y[v] = pj * (v % 2 == 0 ? bf16_lo(w[v / 2]) : bf16_hi(w[v / 2]));
       y[kTailRank] = pj;
+      // v1.44: the entry's row of K into L1 for the walk, whose lanes each read 8 or 16 bytes of it in the entry's
+      // row (without, every row with entries waited there for a round trip to L2).
+      const char* kr = k_head + static_cast<int64_t>(j) * k_stride;
+      for (int o = 0; o < k_row_bytes; o += 128) asm volatile("prefetch.global.L1 [%0];" ::"l"(kr + o));
     }
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {  // segmented inclusive scan: the rows' entries are contiguous
@@ -536,11 +540,16 @@ __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* li
 }
 
 // thresh_list_scalars: the vote, the sums, and each row's tail, s_i, c_i and rest_i.
+// k_head: K's row 0 of the kv head (v1.44's prefetches), D its columns.
+template <int D>
 __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const __nv_bfloat16* ku_head, float4* sc,
-                                                    float* acc8, int64_t row0, int i_first, int nr, int lane) {
+                                                    float* acc8, int64_t row0, int i_first, int nr, int lane,
+                                                    const __nv_bfloat16* k_head) {
   const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;
   if (!__any_sync(0xffffffffu, cnt_l > 0)) return;
-  thresh_list_sums(p.list_j, p.list_p, p.list_cap, ku_head, acc8, row0, cnt_l, lane);
+  thresh_list_sums(p.list_j, p.list_p, p.list_cap, ku_head, acc8, row0, cnt_l, lane,
+                   reinterpret_cast<const char*>(k_head), p.k.s1 * static_cast<int64_t>(sizeof(__nv_bfloat16)),
+                   D * static_cast<int>(sizeof(__nv_bfloat16)));
   if (cnt_l > 0) {  // (lane < nr)
     float4 r0 = sc[3 * lane], r1 = sc[3 * lane + 1];
     const float4 v2 = sc[3 * lane + 2];
@@ -627,7 +636,8 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   stage_su();
   __syncthreads();
   if (nr <= 0) return;
-  thresh_list_scalars(p, ku_head, sc, acc8, row0, i_first, nr, lane);  // v1.41 (kLanes = 16 too since v1.43)
+  const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2;
+  thresh_list_scalars<D>(p, ku_head, sc, acc8, row0, i_first, nr, lane, k_head);  // v1.41 (kLanes = 16: v1.43)
   if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
     set_a.jt = 0;
     set_a.pt = 0.0f;

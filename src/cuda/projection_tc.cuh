@@ -351,26 +351,40 @@ struct WarpDkTable {
 // jt, pt: this lane's entry (key 0, p = 0 past the row's count cnt); the entry loops run to cnt_all (the larger
 // count of the warp's two rows with kLanes = 16, else cnt) with the lanes of a shorter row idle.
 
-// acc += sum over the row's entries, in list order, of p_j K_j (this lane's kV columns d0 ..): four entries' K rows
+// acc += sum over the row's entries, in list order, of p_j K_j (this lane's kV columns d0 ..): kG entries' K rows
 // in flight at a time (packed BF16 pairs until used). k_row: this lane's entry's row of K (column 0), which the
 // entry's lane forms once and the others take by shuffle (v1.38: formed per entry in every lane, the 64-bit
 // address arithmetic was ~17 instructions per entry after ptxas rematerialised the head's base).
-template <int kV, int kLanes>
+// v1.45: the walk takes kG = 2 (4 before): a row of one or two entries ran the exchanges and predicated loads of four,
+// and on trained-like rows most rows list one to three keys; since v1.44 the K rows are in L1, so two loads in
+// flight wait about as long as four. (Two at a time for short rows and four for longer ones spilled 12 bytes into
+// the walk's loads at D = 128.) The loads name the global space (__ldg: K is read-only here); from a shuffled
+// address they were generic loads.
+template <int kV, int kLanes, int kG>
 __device__ __forceinline__ void thresh_entries_k(const __nv_bfloat16* k_row, int d0, float pt, int cnt, int cnt_all,
                                                  float (&acc)[kV]) {
+  static_assert(kV == 2 || kV == 4, "two or four columns per lane");
   constexpr int kCap = kLanes;
   const auto row_bits = reinterpret_cast<unsigned long long>(k_row);
-  for (int t0 = 0; t0 < cnt_all; t0 += 4) {
-    uint32_t kw[4][kV / 2];
-    float pj[4];
+  for (int t0 = 0; t0 < cnt_all; t0 += kG) {
+    uint32_t kw[kG][kV / 2];
+    float pj[kG];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < kG; ++u) {
       const auto row = __shfl_sync(0xffffffffu, row_bits, (t0 + u) & (kCap - 1), kLanes);
       pj[u] = __shfl_sync(0xffffffffu, pt, (t0 + u) & (kCap - 1), kLanes);
-      if (t0 + u < cnt) load_bf16_packed<kV>(reinterpret_cast<const __nv_bfloat16*>(row) + d0, kw[u]);
+      if (t0 + u < cnt) {
+        const auto* at = reinterpret_cast<const __nv_bfloat16*>(row) + d0;
+        if constexpr (kV == 4) {
+          const uint2 r = __ldg(reinterpret_cast<const uint2*>(at));
+          kw[u][0] = r.x, kw[u][1] = r.y;
+        } else {
+          kw[u][0] = __ldg(reinterpret_cast<const unsigned int*>(at));
+        }
+      }
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u)
+    for (int u = 0; u < kG; ++u)
       if (t0 + u < cnt) {
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
@@ -668,7 +682,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     const float pt = x.pt;
     if (cnt_all > 0) {  // v1.41 (v1.43 also at kLanes = 16): the scalars are final in `sc`; the K rows are left
       const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
-      thresh_entries_k<kV, kLanes>(k_row, d0, pt, cnt, cnt_all, acc);
+      thresh_entries_k<kV, kLanes, 2>(k_row, d0, pt, cnt, cnt_all, acc);  // v1.45: two at a time
     }
 #pragma unroll
     for (int v = 0; v < kTailRank; ++v)

@@ -707,7 +707,8 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
       if (t + 1 >= nr) break;
       step(t + 1, set_b, set_a);
     }
-  } else {  // two sets of registers spilled 46 words at <64, 16> (80 registers): the copy, as before v1.38
+  } else {  // the copy, as before v1.38: two sets of registers spilled 46 words at <64, 16> (80 registers), and
+            // after v1.43 16 bytes in the entry loops (v1.43b, session 28: q x 4 rows +26%)
     for (int t = half; t - half < nr; t += kR) {
       step(t, set_a, set_b);
       set_a = set_b;

@@ -465,8 +465,8 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
 // walked in order as before, each reading its scalars with three broadcast loads; a row with entries recomputes
 // its tail, mass, s_i, c_i and rest_i from its list exactly as the one-row path before v1.35 did (the same
 // operations in the same order, so the same bits; since v1.41, at kLanes = 16 too since v1.43,
-// thresh_list_scalars forms them for all the warp's rows before the walk instead). rest_i, s_i and r_i go out from the table at the end, one row per
-// lane.
+// thresh_list_scalars forms them for all the warp's rows before the walk instead). rest_i, s_i and r_i go out from
+// the table at the end, one row per lane.
 // Each row's dQacc and Q columns are loaded a row ahead (and until v1.46 its list slots, when its count said it had
 // entries; since v1.46 the walk reads them from the warp's copy that thresh_list_sums leaves in shared memory).
 template <int D, int kLanes = 32>
@@ -479,16 +479,19 @@ struct ThreshColLoads {
 // v1.41 (kLanes = 32; v1.43 kLanes = 16 too, where it does not depend on how the walk maps rows to lanes): the
 // list arithmetic of the warp's rows with entries, all rows at once, after the scalar phase (which left s_rec,
 // c = r_i / s_rec and the count in `sc`). Before, each row with entries ran it in the walk: its entries' K U loaded
-// in that row (a memory round trip), the listed share summed over the row's lanes (group_sum8, 17 exchanges), then its rest_i (two IEEE divisions): ~110 of the ~260 instructions a row with entries added, on
-// rows whose keys repeat as the captured states' (session 27, runs 3-4). Now lane e takes entry e of the warp's
+// in that row (a memory round trip), the listed share summed over the row's lanes (group_sum8, 17 exchanges), then
+// its rest_i (two IEEE divisions): ~110 of the ~260 instructions a row with entries added, on rows whose keys
+// repeat as the captured states' (session 27, runs 3-4). Now lane e takes entry e of the warp's
 // entries laid end to end in row order (32 at a time; the rows' offsets from a prefix sum of their counts): its
 // slot (j, p), bf16(K U) row and products p (K U)_v, p; a segmented scan over the lanes sums them per row, and each
 // row's last lane in the chunk adds its sums into the warp's 8 x 8 floats `acc8` (a row split between two chunks
 // gets two adds, in chunk order: deterministic). Then lane t < nr, for a row with entries, subtracts the listed
 // share from the record's tail, forms s_i, c_i and rest_i from its mass (thresh_row_rest, as before) and leaves
 // them in `sc`, where the walk reads them as it does a row without entries'. The sums' order differs from
-// the walk's group_sum8's before (a few units in the last place of the tail and mass); the walk's per-row work on entries is left
-// with the K rows (thresh_entries_k) and the dK corrections. A warp whose rows list nothing pays one vote.
+// the walk's group_sum8's before (a few units in the last place of the tail and mass); the walk's per-row work on
+// entries is left with the K rows (thresh_entries_k) and the dK corrections. A warp whose rows list nothing pays
+// one vote. v1.46: the first 32 entries' (j, p) also go to the warp's `ents`, and row t's first entry's index to
+// acc8[8 t + 7], for the walk.
 //
 // thresh_list_sums: the sums (into acc8), a function of its own (v1.41b): inlined, they changed ptxas's schedule
 // of the walk that follows it, and rows without entries, which never run it, took 118 instead of 111 us (session

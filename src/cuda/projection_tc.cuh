@@ -467,13 +467,14 @@ __device__ __forceinline__ void thresh_entries_dk(const KernelParams& p, WarpDkT
 // operations in the same order, so the same bits; since v1.41, at kLanes = 16 too since v1.43,
 // thresh_list_scalars forms them for all the warp's rows before the walk instead). rest_i, s_i and r_i go out from
 // the table at the end, one row per lane.
-// Each row's dQacc and Q columns are loaded a row ahead (and until v1.46 its list slots, when its count said it had
-// entries; since v1.46 the walk reads them from the warp's copy that thresh_list_sums leaves in shared memory).
+// Each row's dQacc and Q columns (and list slots, when its count says it has entries) are loaded a row ahead.
 template <int D, int kLanes = 32>
 struct ThreshColLoads {
   static constexpr int kV = D / kLanes;
   float dq[kV];
   uint32_t q2[kV / 2];
+  int jt;
+  float pt;
 };
 
 // v1.41 (kLanes = 32; v1.43 kLanes = 16 too, where it does not depend on how the walk maps rows to lanes): the
@@ -490,17 +491,16 @@ struct ThreshColLoads {
 // them in `sc`, where the walk reads them as it does a row without entries'. The sums' order differs from
 // the walk's group_sum8's before (a few units in the last place of the tail and mass); the walk's per-row work on
 // entries is left with the K rows (thresh_entries_k) and the dK corrections. A warp whose rows list nothing pays
-// one vote. v1.46: the first 32 entries' (j, p) also go to the warp's `ents`, and row t's first entry's index to
-// acc8[8 t + 7], for the walk.
+// one vote. (v1.46, session 28, kept copies of the first 32 entries in shared memory for the walk's reads instead
+// of its loads of the list a row ahead: slower on every input with entries, not kept.)
 //
 // thresh_list_sums: the sums (into acc8), a function of its own (v1.41b): inlined, they changed ptxas's schedule
 // of the walk that follows it, and rows without entries, which never run it, took 118 instead of 111 us (session
 // 27, run 5). Its arguments are values, not the kernel's parameter block, whose address would put a copy of it in
 // local memory.
 __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* list_p, int list_cap,
-                                              const __nv_bfloat16* ku_head, float* acc8, int2* ents, int64_t row0,
-                                              int cnt_l, int lane, const char* k_head, int64_t k_stride,
-                                              int k_row_bytes) {
+                                              const __nv_bfloat16* ku_head, float* acc8, int64_t row0, int cnt_l,
+                                              int lane, const char* k_head, int64_t k_stride, int k_row_bytes) {
   int incl = cnt_l;  // rows 0 .. lane's entries (cnt_l: lane t < nr, row t's count, from the caller; others 0)
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) {
@@ -511,7 +511,6 @@ __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* li
   acc8[lane] = 0.0f;
   acc8[lane + 32] = 0.0f;
   __syncwarp();
-  if (lane < 8) acc8[lane * 8 + kLowRank - 1] = __int_as_float(incl - cnt_l);  // v1.46: row lane's first entry
   for (int base = 0; base < total; base += 32) {
     const int g = base + lane;
     int r = 0;  // the row of entry g: the rows whose entries all come before it (nr for g >= total)
@@ -526,7 +525,6 @@ __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* li
       const int64_t at = (row0 + r) * list_cap + (g - (r > 0 ? before : 0));
       const int j = list_j[at];
       const float pj = list_p[at];
-      if (base == 0) ents[g] = make_int2(j, __float_as_int(pj));  // v1.46: the walk's copy of the first 32
       const auto* kp = reinterpret_cast<const uint32_t*>(ku_head + static_cast<int64_t>(j) * kLowRank);
       const uint2 a = *reinterpret_cast<const uint2*>(kp);
       const uint32_t w[kTailRank / 2] = {a.x, a.y, kp[2]};
@@ -562,11 +560,11 @@ __device__ __noinline__ void thresh_list_sums(const int* list_j, const float* li
 // k_head: K's row 0 of the kv head (v1.44's prefetches), D its columns.
 template <int D>
 __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const __nv_bfloat16* ku_head, float4* sc,
-                                                    float* acc8, int2* ents, int64_t row0, int i_first, int nr,
-                                                    int lane, const __nv_bfloat16* k_head) {
+                                                    float* acc8, int64_t row0, int i_first, int nr, int lane,
+                                                    const __nv_bfloat16* k_head) {
   const int cnt_l = lane < nr ? __float_as_int(sc[3 * lane + 2].w) : 0;
   if (!__any_sync(0xffffffffu, cnt_l > 0)) return;
-  thresh_list_sums(p.list_j, p.list_p, p.list_cap, ku_head, acc8, ents, row0, cnt_l, lane,
+  thresh_list_sums(p.list_j, p.list_p, p.list_cap, ku_head, acc8, row0, cnt_l, lane,
                    reinterpret_cast<const char*>(k_head), p.k.s1 * static_cast<int64_t>(sizeof(__nv_bfloat16)),
                    D * static_cast<int>(sizeof(__nv_bfloat16)));
   if (cnt_l > 0) {  // (lane < nr)
@@ -592,8 +590,8 @@ __device__ __forceinline__ void thresh_list_scalars(const KernelParams& p, const
 template <int D, int kLanes, bool kTiled, typename StageSu>
 __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const float* su,
                                                     const __nv_bfloat16* ku_head, WarpDkTable<D, kLanes>& tab,
-                                                    float4* sc, float* acc8, int2* ents, int b, int h, int hk,
-                                                    int i_first, int nr, int lane, float (&part)[D / kLanes],
+                                                    float4* sc, float* acc8, int b, int h, int hk, int i_first,
+                                                    int nr, int lane, float (&part)[D / kLanes],
                                                     const StageSu& stage_su) {
   constexpr int kV = D / kLanes, kR = 32 / kLanes;  // columns per lane, rows per step
   const int sub = kLanes == 32 ? lane : lane % kLanes, half = kLanes == 32 ? 0 : lane / kLanes;  // (lane < 32)
@@ -609,7 +607,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   const float* dq_tile = p.dq_acc + dq_acc_tiled_index(p, bh, i_first & ~15, d0 & ~63);
   const auto* qr = static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.s0 +
                    static_cast<int64_t>(i_first + half) * p.q.s1 + h * p.q.s2 + d0;
-  const auto col_loads = [&](int t) {  // this half's row t (< nr: else zeros and no loads)
+  const auto col_loads = [&](int t, int cnt) {  // this half's row t (< nr: else zeros and no loads)
     ThreshColLoads<D, kLanes> x = {};
     if (kR == 1 || t < nr) {
       if constexpr (kV == 4) {
@@ -623,12 +621,19 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
         x.dq[0] = a.x, x.dq[1] = a.y;
       }
       load_bf16_packed<kV>(qr, x.q2);
+      if (sub < cnt) {  // (cnt = 0 for a row without entries: no list loads)
+        const int64_t at = (row0 + t) * p.list_cap + sub;
+        x.jt = p.list_j[at];
+        x.pt = p.list_p[at];
+      }
     }
     return x;
   };
-  // The first step's columns in flight during the scalar phase.
+  // The first step's columns and all its list slots in flight during the scalar phase (the counts are not known
+  // yet: the slots past them, never written, are zeroed below; without this, a row with entries waited for its
+  // list after the scalar phase, and trained-like rows, ~3 entries each, got 2% slower: session 14, run 2).
   ThreshColLoads<D, kLanes> set_a = {};
-  if (nr > 0) set_a = col_loads(half);
+  if (nr > 0) set_a = col_loads(half, p.list_cap);
   // Scalar phase: lane t < nr, row i_first + t.
   if (lane < nr) {
     const int64_t row = row0 + lane;
@@ -649,7 +654,11 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
   __syncthreads();
   if (nr <= 0) return;
   const auto* k_head = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2;
-  thresh_list_scalars<D>(p, ku_head, sc, acc8, ents, row0, i_first, nr, lane, k_head);  // v1.41 (kLanes 16: v1.43)
+  thresh_list_scalars<D>(p, ku_head, sc, acc8, row0, i_first, nr, lane, k_head);  // v1.41 (kLanes = 16: v1.43)
+  if (half < nr && sub >= __float_as_int(sc[3 * half + 2].w)) {
+    set_a.jt = 0;
+    set_a.pt = 0.0f;
+  }
   __nv_bfloat16* dqo = p.dq + ((static_cast<int64_t>(b) * p.Nq + i_first + half) * p.H + h) * D + d0;
   // One step: this half's row t from `x`, the next step's loads into `x_next`. The walk calls it with two sets of
   // registers in turn (v1.38): with one set copied from the other at the end of each step, the copy waited for the
@@ -660,7 +669,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     if (t - half + kR < nr) {  // (else `x_next` keeps stale values: never read)
       dqa += kR * D;
       qr += kR * p.q.s1;
-      x_next = col_loads(t + kR);
+      x_next = col_loads(t + kR, t + kR < nr ? __float_as_int(sc[3 * (t + kR) + 2].w) : 0);
     }
     float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0, v2 = v0;  // a half past the last row: zeros
     if (valid) v0 = sc[3 * t], v1 = sc[3 * t + 1], v2 = sc[3 * t + 2];
@@ -672,22 +681,8 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     float acc[kV], back[kV];
 #pragma unroll
     for (int e = 0; e < kV; ++e) acc[e] = back[e] = 0.0f;
-    // This lane's entry of the row (key 0, p = 0 past the count), from the warp's copy in shared memory (v1.46: a
-    // broadcast-free read of what thresh_list_sums loaded; before, the walk loaded the list slots again a row
-    // ahead, and on local rows 6% of the stall samples waited for them where the K row's address is formed).
-    // Entries past the warp's first 32 (rows of many entries) are read from the list here.
-    int jt = 0;
-    float pt = 0.0f;
-    if (cnt_all > 0 && sub < cnt) {  // (then thresh_list_sums ran: the warp has entries)
-      const int g = __float_as_int(acc8[t * 8 + kLowRank - 1]) + sub;
-      if (g < 32) {
-        const int2 e = ents[g];
-        jt = e.x, pt = __int_as_float(e.y);
-      } else {
-        const int64_t at = (row0 + t) * p.list_cap + sub;
-        jt = p.list_j[at], pt = p.list_p[at];
-      }
-    }
+    const int jt = x.jt;
+    const float pt = x.pt;
     if (cnt_all > 0) {  // v1.41 (v1.43 also at kLanes = 16): the scalars are final in `sc`; the K rows are left
       const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
       thresh_entries_k<kV, kLanes, 2>(k_row, d0, pt, cnt, cnt_all, acc);  // v1.45: two at a time
@@ -758,8 +753,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   __shared__ __align__(16) float tab_acc[kWarps * kSlots * D];
   __shared__ float4 scal[kWarps * kRowsPerWarp * 3];  // v1.35: [warp][row][12] scalars
   static_assert(kRowsPerWarp == 8, "v1.41: a warp's rows' sums are 8 x 8 floats");
-  __shared__ float acc8[kWarps * 64];  // v1.41: [warp][row][8] listed shares and masses (v1.46: 7, the row's start)
-  __shared__ int2 ents[kWarps * 32];   // v1.46: [warp][32] the first 32 of the warp's listed entries, (j, p)
+  __shared__ float acc8[kWarps * 64];  // v1.41: [warp][row][8] listed shares and masses
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
@@ -787,7 +781,7 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   const int i = blockIdx.x * kSuffixBlock + warp * kRowsPerWarp;
   // v1.35 (kLanes = 32), v1.37 (16). Every warp calls it, one without rows (nr <= 0) for the CTA barrier alone.
   thresh_dq_warp_rows<D, kLanes, kTiled>(p, su, ku_head, tab, scal + warp * kRowsPerWarp * 3,
-                                         acc8 + warp * 64, ents + warp * 32, b, h, hk, i, i_end - i, lane, part,
+                                         acc8 + warp * 64, b, h, hk, i, i_end - i, lane, part,
                                          stage_su);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   // The warp's per-key sums to dk_acc: one vector atomic per key and lane (each lane D / 32 columns of the slot).

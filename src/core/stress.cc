@@ -120,6 +120,12 @@ std::vector<StressCase> build_synthetic() {
   c.push_back({"random-d128", "synthetic", "plain random inputs, D = 128, causal: the control case", [] {
                  return with(synthetic_spec(1024, 1024, 2, 2, 128, true, 191));
                }});
+  c.push_back({"sharp-rows-d128", "synthetic",
+               "scores 4x sharper at D = 128, not causal: rows of several large entries on the D = 128 kernels", [] {
+                 SyntheticSpec s = synthetic_spec(1024, 1024, 2, 2, 128, false, 201);
+                 s.q_std = 4.0f;
+                 return with(s);
+               }});
   return c;
 }
 

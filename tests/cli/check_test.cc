@@ -51,7 +51,7 @@ TEST(Check, StressSuiteShowsTheBiasAndTheFix) {
   const nlohmann::json j = read_json(o.json_path);
   std::map<std::string, std::map<std::string, nlohmann::json>> by;
   for (const nlohmann::json& row : j.at("cases")) by[row.at("case")][row.at("variant")] = row;
-  ASSERT_EQ(by.size(), 13u) << "11 synthetic + 2 real cases";
+  ASSERT_EQ(by.size(), 14u) << "12 synthetic + 2 real cases";
   const double base = by["shared-keys"]["baseline"]["errors"]["dq"], fix = by["shared-keys"]["gproj"]["errors"]["dq"];
   std::printf("  shared-keys dQ: baseline %.3f%%, gproj %.3f%%\n", 100 * base, 100 * fix);
   EXPECT_GE(base, 10 * fix);

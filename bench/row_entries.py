@@ -5,7 +5,9 @@ an attention sink, `--sink`, built the same way as there). The per-entry work of
 lists) scales with this count, so it says which benchmark inputs look like trained attention
 (docs/perf-notes.md). It also says, per 64 x 64 tile, how often an entry exists and how often the forward's bound
 of docs/design-block-flags.md would flag the tile, with the running or the final row mass (a tile with an entry
-must always be flagged). CPU only (torch); prints a Markdown table and writes it with --out."""
+must always be flagged). Its last table models how long the dQ postprocess's warps wait at their CTA's barrier
+when their rows list different numbers of entries (cta_balance). CPU only (torch); prints Markdown tables and
+writes them with --out."""
 import argparse
 import datetime
 import json
@@ -200,6 +202,35 @@ def dq_warp_keys(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, slots=8):
             "atomics_per_entry": (direct.sum() + flushes.sum()).item() / entries.sum().item()}
 
 
+def cta_balance(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, entry_cost=0.5, warps=(8, 4)):
+    """How long the warps of a thresh_dq CTA wait for its slowest at the barrier after their walk, in a model: a
+    warp's time is its rows plus `entry_cost` rows per listed entry (0.5 from session 28's ncu times of v1.45: 97.7 us
+    for Gaussian rows, which list nothing, 208.6 us for local rows of ~2.2 entries, over the same 262144 rows). For
+    each CTA size (warps of `rows_per_warp` consecutive rows; 8 warps is the kernel's 64 rows, 4 would be 32-row
+    CTAs): the share of the warps' time spent waiting, summed over CTAs with an entry ("idle_W"), and the mean of the
+    slowest warp's time over the mean warp's ("max_over_mean_W"). A trailing partial CTA is left out."""
+    p = scores(q, k, causal).softmax(-1).to(torch.bfloat16).float()
+    B, H, N, Nk = p.shape
+    per_row = (p >= threshold).sum(-1).float()  # (B, H, N)
+    out = {}
+    for w in warps:
+        rows = w * rows_per_warp
+        n = N // rows * rows
+        if n == 0:
+            out[f"idle_{w}"], out[f"max_over_mean_{w}"] = 0.0, 1.0
+            continue
+        t = (rows_per_warp + entry_cost * per_row[..., :n].reshape(-1, w, rows_per_warp).sum(-1))  # (CTAs, warps)
+        busy = t > rows_per_warp  # a CTA counts when any of its warps has an entry
+        t = t[busy.any(1)]
+        if t.shape[0] == 0:
+            out[f"idle_{w}"], out[f"max_over_mean_{w}"] = 0.0, 1.0
+            continue
+        slowest = t.max(1).values
+        out[f"idle_{w}"] = (1 - t.sum() / (slowest.sum() * w)).item()
+        out[f"max_over_mean_{w}"] = (slowest / t.mean(1)).mean().item()
+    return out
+
+
 def synthetic(N, D, q_scale=1.0, sink=False, local=False, H=2, seed=0):
     """The benchmark's inputs: Gaussian q, k; q_scale multiplies q; sink adds 4 to every q[..., 0] and sets key 0's
     first element to 24 (cuda_attention_bench.cc, --sink); local builds q_i = 0.6 (k_a + k_a+1 + k_a+2 + k_i +
@@ -232,14 +263,14 @@ def main(argv):
         q, k, causal = read_state(path)
         rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})",
                      {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal),
-                      **dq_warp_keys(q, k, causal)}))
+                      **dq_warp_keys(q, k, causal), **cta_balance(q, k, causal)}))
     for label, kw in (("Gaussian", {}), ("Gaussian, q x 2", {"q_scale": 2.0}), ("Gaussian, q x 4", {"q_scale": 4.0}),
                       ("Gaussian, sink at key 0", {"sink": True}), ("local (queries from nearby keys)", {"local": True})):
         for causal in (False, True):
             q, k = synthetic(args.n, args.d, **kw)
             rows.append((f"{label}, N = {args.n}, D = {args.d} ({'causal' if causal else 'full'})",
                          {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal),
-                          **dq_warp_keys(q, k, causal)}))
+                          **dq_warp_keys(q, k, causal), **cta_balance(q, k, causal)}))
     lines = [f"<!-- python3 {' '.join(argv)}; torch {torch.__version__}, Python {platform.python_version()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC -->",
              "| inputs | entries >= 1/16 per row | rows with one or more | mean max P | rows listing key 0 | "
@@ -266,6 +297,14 @@ def main(argv):
     for name, r in rows:
         lines.append(f"| {name} | {r['entries_per_warp']:.1f} / {r['keys_per_warp']:.1f} | "
                      f"{100 * r['repeat_share']:.0f}% | {100 * r['direct_share']:.0f}% | {r['atomics_per_entry']:.2f} |")
+    lines += ["", "The dQ postprocess's warps waiting at its CTA's barrier after the walk, in a model (cta_balance: a "
+              "warp's time is its 8 rows plus half a row per listed entry; CTAs with an entry):", "",
+              "| inputs | warps' time waiting, 64-row CTAs (8 warps) / 32-row CTAs (4 warps) | slowest warp over the "
+              "mean warp, 8 / 4 warps |",
+              "|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {100 * r['idle_8']:.1f}% / {100 * r['idle_4']:.1f}% | "
+                     f"{r['max_over_mean_8']:.2f} / {r['max_over_mean_4']:.2f} |")
     print_and_save("\n".join(lines) + "\n", args.out)
 
 

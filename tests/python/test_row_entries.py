@@ -118,3 +118,23 @@ def test_local_queries_list_their_own_keys():
     assert r["repeat_share"] > 0.4 and r["entries_per_warp"] > 8
     plain = rows.dq_warp_keys(*rows.synthetic(256, 128, q_scale=4.0), causal=False)
     assert plain["repeat_share"] < 0.1  # Gaussian rows list keys that do not repeat
+
+
+def test_cta_balance_on_known_rows():
+    rows = load("row_entries", ROOT / "bench" / "row_entries.py")
+    N, D = 64, 16  # one 64-row CTA, or two of 32 rows
+    q, k = torch.zeros(1, N, 1, D), torch.zeros(1, N, 1, D)
+    none = rows.cta_balance(q, k, causal=False)  # P = 1/64 everywhere: no entry, no CTA counted
+    assert none["idle_8"] == 0 and none["max_over_mean_8"] == 1
+    # rows 0-7 (warp 0) list key 0 alone, the others nothing: warp 0 takes 8 + 0.5 x 8 = 12 row times, the rest 8
+    k[0, 0, 0, 0] = 100.0
+    q[0, :8, 0, 0] = 1.0
+    one = rows.cta_balance(q, k, causal=False)
+    assert abs(one["idle_8"] - (1 - 68 / 96)) < 1e-6 and abs(one["max_over_mean_8"] - 12 / 8.5) < 1e-6
+    # 32-row CTAs: only the first has an entry, and its four warps wait 1 - 36 / 48 of their time
+    assert abs(one["idle_4"] - 0.25) < 1e-6 and abs(one["max_over_mean_4"] - 12 / 9) < 1e-6
+    # every warp alike: nobody waits
+    q[0, :, 0, 0] = 1.0
+    even = rows.cta_balance(q, k, causal=False)
+    assert abs(even["idle_8"]) < 1e-6 and abs(even["idle_4"]) < 1e-6
+

@@ -85,10 +85,16 @@ def float64_reference(q, k, v, do, causal):
                            p=p)
 
 
-def row_entries(q, k, causal, threshold=1.0 / 16):
+def bf16_probs(q, k, causal):
+    """The softmax rows rounded to BF16 as the kernels list them, (B, H, Nq, Nk) floats. The table functions below
+    take it as `p` when the caller has it already (main computes it once per input)."""
+    return scores(q, k, causal).softmax(-1).to(torch.bfloat16).float()
+
+
+def row_entries(q, k, causal, threshold=1.0 / 16, p=None):
     """Mean count per row of softmax entries with bf16(P) >= threshold, the share of rows with one or more, the
     mean row max of P, and the share of rows whose threshold entries include key 0 (a sink)."""
-    p = scores(q, k, causal).softmax(-1).to(torch.bfloat16).float()
+    p = bf16_probs(q, k, causal) if p is None else p
     listed = p >= threshold
     count = listed.sum(-1).float()
     return {"entries_per_row": count.mean().item(), "rows_with_entries": (count > 0).float().mean().item(),
@@ -169,7 +175,7 @@ def warp_entries(q, k, causal, threshold=1.0 / 16, claims=2):
             "rounds_warp": rounds_warp[more].float().mean().item() if n_more else 0.0}
 
 
-def dq_warp_keys(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, slots=8):
+def dq_warp_keys(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, slots=8, p=None):
     """The listed entries' dK corrections in thresh_dq_kernel, whose warp walks 8 consecutive rows of one head
     (src/cuda/projection_tc.cuh) and sums them per key in a table of `slots` keys (8 at D = 128) before one atomic
     per key; an entry whose key finds no free slot is one atomic of its own. Per warp with an entry: the mean entries
@@ -178,7 +184,7 @@ def dq_warp_keys(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, slots=8):
     the first `slots` keys in walk order, rows in order and each row's keys in ascending order, an approximation of
     the list's order) and the atomics per entry, the table's flush included ("atomics_per_entry"). A trailing
     partial warp is left out."""
-    p = scores(q, k, causal).softmax(-1).to(torch.bfloat16).float()
+    p = bf16_probs(q, k, causal) if p is None else p
     B, H, N, Nk = p.shape
     n = N // rows_per_warp * rows_per_warp
     listed = (p[..., :n, :] >= threshold).reshape(-1, rows_per_warp, Nk)  # (warps, rows, keys)
@@ -202,14 +208,14 @@ def dq_warp_keys(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, slots=8):
             "atomics_per_entry": (direct.sum() + flushes.sum()).item() / entries.sum().item()}
 
 
-def cta_balance(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, entry_cost=0.5, warps=(8, 4)):
+def cta_balance(q, k, causal, threshold=1.0 / 16, rows_per_warp=8, entry_cost=0.5, warps=(8, 4), p=None):
     """How long the warps of a thresh_dq CTA wait for its slowest at the barrier after their walk, in a model: a
     warp's time is its rows plus `entry_cost` rows per listed entry (0.5 from session 28's ncu times of v1.45: 97.7 us
     for Gaussian rows, which list nothing, 208.6 us for local rows of ~2.2 entries, over the same 262144 rows). For
     each CTA size (warps of `rows_per_warp` consecutive rows; 8 warps is the kernel's 64 rows, 4 would be 32-row
     CTAs): the share of the warps' time spent waiting, summed over CTAs with an entry ("idle_W"), and the mean of the
     slowest warp's time over the mean warp's ("max_over_mean_W"). A trailing partial CTA is left out."""
-    p = scores(q, k, causal).softmax(-1).to(torch.bfloat16).float()
+    p = bf16_probs(q, k, causal) if p is None else p
     B, H, N, Nk = p.shape
     per_row = (p >= threshold).sum(-1).float()  # (B, H, N)
     out = {}
@@ -259,18 +265,21 @@ def main(argv):
     if args.n < 1 or args.d < 1:
         ap.error("--n and --d must be positive")
     rows = []
+
+    def tables(q, k, causal):  # every table's numbers for one input, the rounded softmax formed once
+        p = bf16_probs(q, k, causal)
+        return {**row_entries(q, k, causal, p=p), **block_flags(q, k, causal), **warp_entries(q, k, causal),
+                **dq_warp_keys(q, k, causal, p=p), **cta_balance(q, k, causal, p=p)}
+
     for path in args.state:
         q, k, causal = read_state(path)
-        rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})",
-                     {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal),
-                      **dq_warp_keys(q, k, causal), **cta_balance(q, k, causal)}))
+        rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})", tables(q, k, causal)))
     for label, kw in (("Gaussian", {}), ("Gaussian, q x 2", {"q_scale": 2.0}), ("Gaussian, q x 4", {"q_scale": 4.0}),
                       ("Gaussian, sink at key 0", {"sink": True}), ("local (queries from nearby keys)", {"local": True})):
         for causal in (False, True):
             q, k = synthetic(args.n, args.d, **kw)
             rows.append((f"{label}, N = {args.n}, D = {args.d} ({'causal' if causal else 'full'})",
-                         {**row_entries(q, k, causal), **block_flags(q, k, causal), **warp_entries(q, k, causal),
-                          **dq_warp_keys(q, k, causal), **cta_balance(q, k, causal)}))
+                         tables(q, k, causal)))
     lines = [f"<!-- python3 {' '.join(argv)}; torch {torch.__version__}, Python {platform.python_version()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC -->",
              "| inputs | entries >= 1/16 per row | rows with one or more | mean max P | rows listing key 0 | "

@@ -275,7 +275,8 @@ def main(argv):
         q, k, causal = read_state(path)
         rows.append((f"{os.path.basename(path)} ({'causal' if causal else 'full'})", tables(q, k, causal)))
     for label, kw in (("Gaussian", {}), ("Gaussian, q x 2", {"q_scale": 2.0}), ("Gaussian, q x 4", {"q_scale": 4.0}),
-                      ("Gaussian, sink at key 0", {"sink": True}), ("local (queries from nearby keys)", {"local": True})):
+                      ("Gaussian, sink at key 0", {"sink": True}),
+                      ("local (queries from nearby keys)", {"local": True})):
         for causal in (False, True):
             q, k = synthetic(args.n, args.d, **kw)
             rows.append((f"{label}, N = {args.n}, D = {args.d} ({'causal' if causal else 'full'})",
@@ -305,7 +306,8 @@ def main(argv):
               "|---|---|---|---|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r['entries_per_warp']:.1f} / {r['keys_per_warp']:.1f} | "
-                     f"{100 * r['repeat_share']:.0f}% | {100 * r['direct_share']:.0f}% | {r['atomics_per_entry']:.2f} |")
+                     f"{100 * r['repeat_share']:.0f}% | {100 * r['direct_share']:.0f}% | "
+                     f"{r['atomics_per_entry']:.2f} |")
     lines += ["", "The dQ postprocess's warps waiting at its CTA's barrier after the walk, in a model (cta_balance: a "
               "warp's time is its 8 rows plus half a row per listed entry; CTAs with an entry):", "",
               "| inputs | warps' time waiting, 64-row CTAs (8 warps) / 32-row CTAs (4 warps) | slowest warp over the "

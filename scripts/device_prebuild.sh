@@ -16,6 +16,7 @@ grep -qx '/.prebuilt/' "$exclude" 2>/dev/null || echo '/.prebuilt/' >> "$exclude
 commit=$(git describe --always --dirty --abbrev=12)
 export GPROJ_COMMIT=$commit
 t0=$SECONDS
+mkdir -p build  # (a fresh clone or worktree has none: the logs below go there)
 
 cmake -S . -B build/prebuilt -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPROJ_NATIVE=OFF -DGPROJ_BUILD_BENCH=ON \
   -DGPROJ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >build/prebuilt.configure.log 2>&1 ||

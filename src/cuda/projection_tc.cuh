@@ -124,7 +124,12 @@ __device__ __forceinline__ float start_value(int a, int c) {
 
 // Modified Gram-Schmidt of the kLowRank columns of X (column-major [8][D] in shared memory) by warp 0, the
 // columns in registers (lane holds rows lane + 32 m): the order of operations of orthonormalise in
-// src/cpu/projection.cc, in FP32.
+// src/cpu/projection.cc, in FP32. v1.48: right-looking. Once column d is final, every later column takes its
+// first sweep's projection onto it, their dot products reduced over the lanes side by side; column c then takes
+// its further sweeps (the last call: a second, top_eigenvectors says why) in order and is normalised. Each column
+// sees the same operations in the same order as before (sweep 0 against columns 0 .. c - 1, then sweep 1, then
+// its norm), so the same bits; but the 28 dot products of a sweep were one chain of 28 reductions over the lanes
+// (five shuffles each), and now they are 7 steps of reductions side by side.
 template <int D, int kSweeps = 1>
 __device__ void orthonormalise_columns(float* X) {
   if (threadIdx.x >= 32) return;
@@ -135,20 +140,22 @@ __device__ void orthonormalise_columns(float* X) {
   for (int c = 0; c < kLowRank; ++c)
 #pragma unroll
     for (int m = 0; m < kM; ++m) x[c][m] = X[c * D + lane + 32 * m];
+  const auto project_out = [&](int c, int d) {  // x_c -= (x_c . x_d) x_d, the dot reduced over the lanes
+    float dot = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) dot = fmaf(x[c][m], x[d][m], dot);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
+  };
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c) {
+    // Column c has had sweep 0 against columns 0 .. c - 1 (the steps before); the further sweeps, in order.
 #pragma unroll
-    for (int sweep = 0; sweep < kSweeps; ++sweep)  // the last call: twice (top_eigenvectors says why)
+    for (int sweep = 1; sweep < kSweeps; ++sweep)
 #pragma unroll
-      for (int d = 0; d < c; ++d) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int m = 0; m < kM; ++m) dot = fmaf(x[c][m], x[d][m], dot);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-#pragma unroll
-        for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
-      }
+      for (int d = 0; d < c; ++d) project_out(c, d);
     float norm = 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) norm = fmaf(x[c][m], x[c][m], norm);
@@ -157,6 +164,23 @@ __device__ void orthonormalise_columns(float* X) {
     const float inv = norm > 0.0f ? rsqrtf(norm) : 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) x[c][m] *= inv;
+    // Sweep 0 of the later columns against column c: independent of each other (written out as project_out's
+    // three loops across the columns, so that their reductions interleave).
+    float dot[kLowRank];
+#pragma unroll
+    for (int e = c + 1; e < kLowRank; ++e) {
+      dot[e] = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) dot[e] = fmaf(x[e][m], x[c][m], dot[e]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int e = c + 1; e < kLowRank; ++e) dot[e] += __shfl_xor_sync(0xffffffffu, dot[e], o);
+#pragma unroll
+    for (int e = c + 1; e < kLowRank; ++e)
+#pragma unroll
+      for (int m = 0; m < kM; ++m) x[e][m] -= dot[e] * x[c][m];
   }
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c)

@@ -708,7 +708,7 @@ __device__ __forceinline__ void thresh_dq_warp_rows(const KernelParams& p, const
     const int jt = x.jt;
     const float pt = x.pt;
     if (cnt_all > 0) {  // v1.41 (v1.43 also at kLanes = 16): the scalars are final in `sc`; the K rows are left
-      const auto* k_row = k_head + jt * p.k.s1;
+      const auto* k_row = static_cast<const __nv_bfloat16*>(p.k.data) + b * p.k.s0 + hk * p.k.s2 + jt * p.k.s1;
       thresh_entries_k<kV, kLanes, 2>(k_row, d0, pt, cnt, cnt_all, acc);  // v1.45: two at a time
     }
 #pragma unroll

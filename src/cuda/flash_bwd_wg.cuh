@@ -59,12 +59,12 @@ template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false,
           bool kFwdStats = false>
 constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
-  // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
+  // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | [bf16(U)^T, D / 64 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
   return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<D, kTma, kBulk> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
                            (kThresh ? kWgBwdRows * kWgBwdKeys : 0) +
-                           (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0) +
+                           (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
                            (kFwdStats ? kWgOnesElems : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
          sizeof(float) * (4 * kWgBwdRows + (kBulk ? kBulkDqFloats : 0)) + 8 * 8 + 1024;
@@ -292,7 +292,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sUd = sUp + 2 * kWgStatCols * 64;              // kThresh: [16][64] (zeros; ones in row kStatR; zeros)
   // kDkComp: [2 warpgroups][16][64] ((Q U_q)^T; zeros)
   bf16_t* sQU = sUp + (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 : 0);
-  bf16_t* sOnes = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kFwdStats: [kWgOnesElems] ones
+  bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
+  bf16_t* sOnes = sUT + (kThresh && !kFwdStats ? D * kWgStatCols : 0);  // kFwdStats: [kWgOnesElems] ones
   float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.15: [8 warps][16][64]
   float* sL = sDq + (kBulk ? kBulkDqFloats : 0);  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
@@ -332,17 +333,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int x = threadIdx.x; x < kWgOnesElems / 8; x += kWgThreads) reinterpret_cast<uint4*>(sOnes)[x] = ones;
     fence_async_smem();
   }
-  // kThresh (v3.36): bf16(K U) of key j0 + 64 wg + (threadIdx.x & 127) for threads 0-63 of each warpgroup, its
-  // rows 0 .. kTailRank - 1 of sUp, loaded here and stored once K, V have landed (below).
-  const bool ku_thread = kThresh && !kFwdStats && (threadIdx.x & 127) < 64;
-  const int ku_kl = threadIdx.x & 63;  // (ku_thread) the key's column in its warpgroup's tile
-  uint4 ku_key = make_uint4(0, 0, 0, 0);
-  if (ku_thread && j0 + wg * 64 + ku_kl < p.Nk) {
-    const int64_t j = j0 + wg * 64 + ku_kl;
-    ku_key = *reinterpret_cast<const uint4*>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank);
-  }
   if constexpr (kThresh && !kFwdStats) {  // the B tiles of the statistics product, K-major [16][64] (key = column)
-    if (threadIdx.x < BK) {  // rows kTailRank.. of sUp (rows 0-5, K U, are stored below once K, V have landed)
+    if (threadIdx.x < BK) {  // rows kTailRank.. of sUp (rows 0-5, K U, are formed below once K has landed)
       const int jj = threadIdx.x, c = jj % 64;
       bf16_t* t = sUp + (jj / 64) * kWgStatCols * 64;
       const bf16_t one = __float2bfloat16_rn(1.0f), zero = __float2bfloat16_rn(0.0f);
@@ -351,6 +343,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (jj < 64) {
 #pragma unroll
         for (int r = 0; r < kWgStatCols; ++r) sUd[sw128_offset(r, c, kWgStatCols)] = r == kStatR ? one : zero;
+      }
+    }
+    {  // bf16(U)^T, the B operand of K U: [kNB][16][64], row c = basis column c (rows 8-15 zero), column = d
+      const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+      for (int x = threadIdx.x; x < D * kWgStatCols; x += kWgThreads) {
+        const int kb = x / (kWgStatCols * 64), r = (x / 64) % kWgStatCols, col = x % 64;
+        sUT[kb * kWgStatCols * 64 + sw128_offset(r, col, kWgStatCols)] =
+            __float2bfloat16_rn(r < kLowRank ? u[(kb * 64 + col) * kLowRank + r] : 0.0f);
       }
     }
     if constexpr (kDkComp) {  // rows 8-15 of both warpgroups' (Q U_q)^T tiles stay zero
@@ -414,19 +414,39 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     mbar_wait(kv_full, 0);
   }
   if constexpr (kThresh && !kFwdStats) {
-    // Rows 0 .. kTailRank - 1 of sUp: bf16(K bf16(U)) of the CTA's keys as ku_kernel formed them (the product the
-    // CPU emulator forms; zeros past Nk), read by the statistics products after the loop's first warpgroup
-    // barrier. Until v3.36 each CTA formed them here on the tensor cores from a bf16(U)^T tile staged from global
-    // memory, and wrote p.ku for the dQ correction: ~20-40 us of the main kernel (session 23, run 2).
-    if (ku_thread) {  // this warpgroup's own tile, as its statistics products read it after its barrier
-      bf16_t* t = sUp + wg * kWgStatCols * 64;
-      const uint32_t w[3] = {ku_key.x, ku_key.y, ku_key.z};
-      static_assert(kTailRank == 6, "three words of the key's row of 8");
+    // K U of this warpgroup's 64 keys on the tensor cores, bf16(K bf16(U)) as the CPU emulator forms it: rows
+    // 0-5 of the warpgroup's sUp tile (read after the loop's first warpgroup barrier) and, for the dQ correction's
+    // listed keys, p.ku (8 per key, columns kTailRank.. zero; CTAs of query heads sharing a kv head write the
+    // same bits). No ku_kernel runs before a v3 kernel.
+    float kuacc[8];
+    wg_fence();
 #pragma unroll
-      for (int c = 0; c < kTailRank; ++c) {
-        const uint32_t x = c % 2 == 0 ? (w[c / 2] & 0xffffu) : (w[c / 2] >> 16);
-        t[sw128_offset(c, ku_kl, kWgStatCols)] = __ushort_as_bfloat16(static_cast<unsigned short>(x));
+    for (int kb = 0; kb < kNB; ++kb)
+#pragma unroll
+      for (int kin = 0; kin < 4; ++kin) {
+        const uint64_t ka = wg_desc_kmajor(kw(kb) + kin * 16),
+                       ub = wg_desc_kmajor(sUT + kb * kWgStatCols * 64 + kin * 16);
+        if (kb + kin == 0) {
+          wgmma_ss_n16_first(kuacc, ka, ub);
+        } else {
+          wgmma_ss_n16(kuacc, ka, ub);
+        }
       }
+    wg_commit();
+    wg_wait0();
+    fence_regs(kuacc);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // keys w4 16 + g (+ 8) of the warpgroup; columns 2 tq, 2 tq + 1
+      const int kl = w4 * 16 + g + 8 * half, j = j0 + wg * 64 + kl;
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 2 * tq + e;
+        v[e] = c < kTailRank ? __bfloat162float(__float2bfloat16_rn(kuacc[2 * half + e])) : 0.0f;
+        if (c < kTailRank) sUp[wg * kWgStatCols * 64 + sw128_offset(c, kl, kWgStatCols)] = __float2bfloat16_rn(v[e]);
+      }
+      if (j < p.Nk)
+        store_bf16_vec<2>(p.ku + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j) * kLowRank + 2 * tq, v);
     }
     fence_async_smem();  // sUp, read by this warpgroup's statistics product after its next barrier
   }

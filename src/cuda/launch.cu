@@ -455,7 +455,7 @@ void set_stats_params(KernelParams* kp, const Problem& p, void* stats) {
 
 // The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
 // rows onto it: Gram matrix, eigenvectors, bf16(X U). Reads only q or k; writes only its workspace regions.
-// project = false: no K U here (the forward's statistics form it with its tiles, ku_kernel<D, false, true>).
+// project = false: no K U here (the v3 kernels form it themselves once K is in shared memory).
 template <int D, bool kQ>
 Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project = true) {
   const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
@@ -906,10 +906,9 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   // whole, so they need no zeroing).
   PrepassJoins joins{st};
   if (thresh && !fwd_stats) {
-    // bf16(K U) too (ku_kernel): the v1 kernels and, since v3.36, the v3.1 / v3.2 kernels read it (before, they formed
-    // it themselves once K was in shared memory, ~20-40 us of the main kernel).
+    const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
     Status s = fork_prepass(st, 0, &joins.k, [&](cudaStream_t ss) {
-      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss) : lowrank_prepass<128, false>(kp, ss);
+      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss, project) : lowrank_prepass<128, false>(kp, ss, project);
     });
     if (s.ok && kp.qu != nullptr) {
       s = fork_prepass(st, 1, &joins.q, [&](cudaStream_t ss) {

@@ -333,6 +333,22 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int x = threadIdx.x; x < kWgOnesElems / 8; x += kWgThreads) reinterpret_cast<uint4*>(sOnes)[x] = ones;
     fence_async_smem();
   }
+  // kThresh: bf16(U)^T, the B operand of K U, [kNB][16][64] (row c = basis column c, rows 8-15 zero; column = d).
+  // v3.36b: this thread's values are loaded here and stored into sUT after the K, V copies are issued (below):
+  // staged before them, as until v3.36b, their gather's round trip came before the CTA's barrier that precedes the
+  // copies, at every CTA's start.
+  constexpr int kUtPer = kThresh && !kFwdStats ? D * kWgStatCols / kWgThreads : 1;
+  static_assert(!kThresh || kFwdStats || (D * kWgStatCols) % kWgThreads == 0, "whole U^T values per thread");
+  float ut[kUtPer];
+  if constexpr (kThresh && !kFwdStats) {
+    const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+#pragma unroll
+    for (int e = 0; e < kUtPer; ++e) {
+      const int x = threadIdx.x + e * kWgThreads;
+      const int kb = x / (kWgStatCols * 64), r = (x / 64) % kWgStatCols, col = x % 64;
+      ut[e] = r < kLowRank ? u[(kb * 64 + col) * kLowRank + r] : 0.0f;
+    }
+  }
   if constexpr (kThresh && !kFwdStats) {  // the B tiles of the statistics product, K-major [16][64] (key = column)
     if (threadIdx.x < BK) {  // rows kTailRank.. of sUp (rows 0-5, K U, are formed below once K has landed)
       const int jj = threadIdx.x, c = jj % 64;
@@ -343,14 +359,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (jj < 64) {
 #pragma unroll
         for (int r = 0; r < kWgStatCols; ++r) sUd[sw128_offset(r, c, kWgStatCols)] = r == kStatR ? one : zero;
-      }
-    }
-    {  // bf16(U)^T, the B operand of K U: [kNB][16][64], row c = basis column c (rows 8-15 zero), column = d
-      const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
-      for (int x = threadIdx.x; x < D * kWgStatCols; x += kWgThreads) {
-        const int kb = x / (kWgStatCols * 64), r = (x / 64) % kWgStatCols, col = x % 64;
-        sUT[kb * kWgStatCols * 64 + sw128_offset(r, col, kWgStatCols)] =
-            __float2bfloat16_rn(r < kLowRank ? u[(kb * 64 + col) * kLowRank + r] : 0.0f);
       }
     }
     if constexpr (kDkComp) {  // rows 8-15 of both warpgroups' (Q U_q)^T tiles stay zero
@@ -378,6 +386,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     load_sw128_async<BK, D>(sK, p.k, b, j0, kcount, hk);
     load_sw128_async<BK, D>(sV, p.v, b, j0, kcount, hk);
     load_q(qb0);  // group 0: K, V, Q and dO of the first block
+  }
+  if constexpr (kThresh && !kFwdStats) {  // v3.36b: sUT, read by both warpgroups' K U products below
+#pragma unroll
+    for (int e = 0; e < kUtPer; ++e) {
+      const int x = threadIdx.x + e * kWgThreads;
+      const int kb = x / (kWgStatCols * 64), r = (x / 64) % kWgStatCols, col = x % 64;
+      sUT[kb * kWgStatCols * 64 + sw128_offset(r, col, kWgStatCols)] = __float2bfloat16_rn(ut[e]);
+    }
+    fence_async_smem();
+    __syncthreads();
   }
 
   // This thread's keys (accumulator rows) and their dK, dV accumulators (64 keys x D per warpgroup).

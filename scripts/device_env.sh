@@ -22,7 +22,7 @@ export GPROJ_COMMIT="${GPROJ_COMMIT:-$(cat .gproj_commit 2>/dev/null || echo unk
 # The real captured states of this copy of the tree: prebuilt binaries carry the path they were built at.
 export GPROJ_DATA_DIR="${GPROJ_DATA_DIR:-$PWD/tests/data}"
 # run_sanitizers LOG_DIR TEST_BIN FILTER TOOL...: compute-sanitizer TOOL on the GPU tests matching FILTER, one
-# log per tool, and a `note` line (the caller's summary function) each; returns 1 when any tool failed.
+# log per tool, and a `note` line (the caller's summary function, else stdout) each; returns 1 when any tool failed.
 run_sanitizers() {
   local dir=$1 bin=$2 filter=$3 tool t0 rc failed=0
   shift 3
@@ -31,7 +31,8 @@ run_sanitizers() {
     timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" >"$dir/sanitizer_$tool.log" 2>&1
     rc=$?
     [ "$rc" -eq 0 ] || failed=1
-    note "compute-sanitizer $tool: rc=$rc in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/sanitizer_$tool.log" | tail -1)"
+    local line="compute-sanitizer $tool: rc=$rc in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/sanitizer_$tool.log" | tail -1)"
+    if declare -F note >/dev/null; then note "$line"; else echo "== $line"; fi  # (a caller without `note`: stdout)
   done
   return "$failed"
 }

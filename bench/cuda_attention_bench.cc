@@ -84,8 +84,12 @@ gproj::cuda::DeviceTensor dense(void* p, int64_t N, int64_t H, int64_t D) {
   return t;
 }
 
+// The median over `reps` timings of one call of f, each the mean of `chain` calls back to back between two events
+// (chain = 1: one call after the GPU has drained, so the host's time to launch the call's first kernels counts;
+// chain > 1: the host queues the next call while the GPU runs this one, as in a training step, and that time
+// mostly does not).
 template <class F>
-float median_ms(F f, int reps) {
+float median_ms(F f, int reps, int chain = 1) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
@@ -93,12 +97,12 @@ float median_ms(F f, int reps) {
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
     CHECK(cudaEventRecord(a));
-    f();
+    for (int c = 0; c < chain; ++c) f();
     CHECK(cudaEventRecord(b));
     CHECK(cudaEventSynchronize(b));
     float t;
     CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
+    ms.push_back(t / static_cast<float>(chain));
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
@@ -106,17 +110,19 @@ float median_ms(F f, int reps) {
 
 }  // namespace
 
-// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink | --local]. The filters
+// Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--chain C] [--q-scale S]
+// [--sink | --local]. The filters
 // let a profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table
 // runs (four shapes; --shape may also name any other of the grid, e.g. 64:4096:0). --q-scale multiplies q
 // (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every sequence an attention sink (at
 // D = 128 its score is ~8.5 above the rest on average, so most rows give it P >= 1/16): every row lists the same
 // key, the worst case for thresh-lowrank's scattered dK corrections. --local builds each query from nearby keys
 // (local_queries): trained-like rows whose listed keys repeat among neighbouring rows as in the captured states.
+// --chain C (default 1) times C calls back to back and reports their mean (median_ms says what that leaves out).
 int main(int argc, char** argv) {
   using namespace gproj;
   std::string only, shape_filter;
-  int reps = 3;
+  int reps = 3, chain = 1;
   float q_scale = 1.0f;
   bool sink = false, local = false;
   for (int a = 1; a < argc; ++a) {
@@ -125,14 +131,18 @@ int main(int argc, char** argv) {
       sink = true;
     } else if (arg == "--local") {
       local = true;
-    } else if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--q-scale") && a + 1 < argc) {
+    } else if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--chain" || arg == "--q-scale") &&
+               a + 1 < argc) {
       const std::string val = argv[++a];
       if (arg == "--only") only = val;
       else if (arg == "--shape") shape_filter = val;
       else if (arg == "--reps") reps = std::atoi(val.c_str());
+      else if (arg == "--chain") chain = std::atoi(val.c_str());
       else q_scale = std::strtof(val.c_str(), nullptr);
     } else {
-      std::fprintf(stderr, "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--q-scale S] [--sink | --local]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--chain C] [--q-scale S] "
+                   "[--sink | --local]\n",
                    argv[0]);
       return 2;
     }
@@ -143,6 +153,10 @@ int main(int argc, char** argv) {
 #endif
   if (reps < 1) {
     std::fprintf(stderr, "--reps must be at least 1\n");
+    return 2;
+  }
+  if (chain < 1 || chain > 64) {
+    std::fprintf(stderr, "--chain must be 1 to 64\n");
     return 2;
   }
   if (!(q_scale > 0.0f) || !std::isfinite(q_scale) || q_scale > 64.0f) {
@@ -156,6 +170,7 @@ int main(int argc, char** argv) {
   if (q_scale != 1.0f) std::printf("# q scaled by %g (sharper softmax rows than the default inputs)\n", q_scale);
   if (sink) std::printf("# key 0 of every sequence is an attention sink\n");
   if (local) std::printf("# queries built from nearby keys (--local: trained-like rows whose keys repeat locally)\n");
+  if (chain > 1) std::printf("# each time is the mean of %d calls back to back (--chain)\n", chain);
   std::printf("%-10s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
               "bwd TF/s");
   struct Shape {
@@ -292,7 +307,7 @@ int main(int argc, char** argv) {
                                                   nullptr);
             if (!s.ok) std::fprintf(stderr, "backward: %s\n", s.message.c_str()), std::exit(2);
           };
-          const float f = median_ms(fwd, reps), b = median_ms(bwd, reps);
+          const float f = median_ms(fwd, reps, chain), b = median_ms(bwd, reps, chain);
           const double flops = 4.0 * B * H * N * N * D / (causal ? 2 : 1);
           std::printf("%-10s %5lld %4lld %6s %9.3f %9.3f %9.1f %9.1f\n", cfg.label, static_cast<long long>(N),
                       static_cast<long long>(D), causal ? "yes" : "no", f, b, flops / f / 1e9, 2.5 * flops / b / 1e9);

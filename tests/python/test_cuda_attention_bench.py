@@ -25,6 +25,8 @@ def test_a_shape_outside_the_grid_is_refused(shape):
 
 
 @pytest.mark.parametrize("args, message", [(["--reps", "0"], "--reps must be at least 1"),
+                                           (["--chain", "0"], "--chain must be 1 to 64"),
+                                           (["--chain", "65"], "--chain must be 1 to 64"),
                                            (["--q-scale", "0"], "--q-scale must be in (0, 64]"),
                                            (["--local", "--sink"], "--local builds the queries itself"),
                                            (["--local", "--q-scale", "2"], "--local builds the queries itself"),

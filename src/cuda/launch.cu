@@ -491,22 +491,40 @@ cudaStream_t side_stream(int which) {
   return st;
 }
 
-// Runs `work(stream)` on a side stream after everything already queued on `main`; *join (when not null on return)
-// is an event the caller makes `main` wait for before it reads the results (join_prepass).
+// The point of the caller's stream the pre-passes start from: recorded before the backward queues its memsets and
+// delta preprocess, and waited for by the side streams only after those are queued (v3.37's launch order, session
+// 29: before, the host launched the pre-passes first, and the GPU's first long kernel, the preprocess, started
+// that much later). Null when not `wanted` or when no event could be made: the pre-passes then run in order on
+// the caller's stream. Destroyed with the call (an event may go once the waits on it are queued).
+struct PrepassFork {
+  cudaEvent_t event = nullptr;
+  PrepassFork(bool wanted, cudaStream_t main) {
+    if (!wanted) return;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      event = nullptr;
+    } else if (cudaEventRecord(event, main) != cudaSuccess) {
+      cudaGetLastError();
+      cudaEventDestroy(event);
+      event = nullptr;
+    }
+  }
+  ~PrepassFork() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+  PrepassFork(const PrepassFork&) = delete;
+  PrepassFork& operator=(const PrepassFork&) = delete;
+};
+
+// Runs `work(stream)` on a side stream from the fork point (what the caller's stream held when `fork` was made);
+// *join (when not null on return) is an event the caller makes `main` wait for before it reads the results
+// (join_prepass). Without a side stream or a fork point, `work` runs on `main` now, in order.
 template <typename Work>
-Status fork_prepass(cudaStream_t main, int which, cudaEvent_t* join, Work work) {
+Status fork_prepass(cudaStream_t main, const PrepassFork& fork, int which, cudaEvent_t* join, Work work) {
   *join = nullptr;
-  cudaStream_t side = side_stream(which);
-  cudaEvent_t fork = nullptr;
-  if (side == nullptr || cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) != cudaSuccess) {
-    cudaGetLastError();
-    return work(main);  // no side stream: in order on the caller's
-  }
-  if (cudaEventRecord(fork, main) != cudaSuccess || cudaStreamWaitEvent(side, fork, 0) != cudaSuccess) {
-    cudaEventDestroy(fork);
-    return last_error("pre-pass fork");
-  }
-  cudaEventDestroy(fork);  // released once recorded work completes
+  cudaStream_t side = fork.event != nullptr ? side_stream(which) : nullptr;
+  if (side == nullptr) return work(main);  // in order on the caller's
+  if (cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) return last_error("pre-pass fork");
   Status s = work(side);
   if (s.ok && (cudaEventCreateWithFlags(join, cudaEventDisableTiming) != cudaSuccess ||
                cudaEventRecord(*join, side) != cudaSuccess)) {
@@ -903,20 +921,11 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   if (fwd_stats) set_stats_params(&kp, p, p.forward_stats);
   // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the memsets and the delta preprocess:
   // they read only q or k and write regions nothing else uses before the join (the Gram partials are stored
-  // whole, so they need no zeroing).
+  // whole, so they need no zeroing). Their fork point is recorded here and they are queued after the preprocess
+  // (PrepassFork).
+  const bool prepass = thresh && !fwd_stats;
+  PrepassFork fork(prepass, st);
   PrepassJoins joins{st};
-  if (thresh && !fwd_stats) {
-    const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
-    Status s = fork_prepass(st, 0, &joins.k, [&](cudaStream_t ss) {
-      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss, project) : lowrank_prepass<128, false>(kp, ss, project);
-    });
-    if (s.ok && kp.qu != nullptr) {
-      s = fork_prepass(st, 1, &joins.q, [&](cudaStream_t ss) {
-        return p.D == 64 ? lowrank_prepass<64, true>(kp, ss) : lowrank_prepass<128, true>(kp, ss);
-      });
-    }
-    if (!s.ok) return s;
-  }
   // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
   // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
   // kernels, the Gram matrices' partials by the Gram kernel.
@@ -942,6 +951,18 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   }
   if (Status s = last_error("backward preprocess"); !s.ok) return s;
+  if (prepass) {
+    const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
+    Status s = fork_prepass(st, fork, 0, &joins.k, [&](cudaStream_t ss) {
+      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss, project) : lowrank_prepass<128, false>(kp, ss, project);
+    });
+    if (s.ok && kp.qu != nullptr) {
+      s = fork_prepass(st, fork, 1, &joins.q, [&](cudaStream_t ss) {
+        return p.D == 64 ? lowrank_prepass<64, true>(kp, ss) : lowrank_prepass<128, true>(kp, ss);
+      });
+    }
+    if (!s.ok) return s;
+  }
   const bool det = p.params.deterministic;
   // The postprocess kernels take 4 elements per thread.
   const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;

@@ -12,6 +12,7 @@
 #            the kernel matching NCU_KERNEL (default flash_bwd_wg, the backward main kernel): issue, pipes, shared
 #            memory, L2 and atomic throughput and the stall reasons, side by side (bench/ncu_limits.py)
 #   ROUNDS=0 skips the bench rows (ncu only)
+#   BENCH_ARGS  more arguments for every bench call of the rows (e.g. "--chain 8"; builds that predate one refuse it)
 # Output: $OUT/ab.txt (rows tagged with inputs, round and commit), with NCU=1 $OUT/ab_ncu.txt, with NCU_LIMITS=1
 # $OUT/ab_limits.txt and the reports in $OUT/limits/. A build that gives no rows (a shape or variant it does not
 # run, a crash) is named on stderr with the last lines of its bench's stderr; a failed ncu run's last lines of
@@ -48,7 +49,7 @@ for shape in ${SHAPES:-128:4096:0 128:4096:1}; do
       for i in "${!bins[@]}"; do
         for v in ${ONLY:-baseline gproj}; do
           # shellcheck disable=SC2086
-          rows=$(timeout 60 "${bins[$i]}" --only "$v" --shape "$shape" $args --reps 5 2>"$out/bench.err")
+          rows=$(timeout 60 "${bins[$i]}" --only "$v" --shape "$shape" $args ${BENCH_ARGS:-} --reps 5 2>"$out/bench.err")
           rc=$?
           rows=$(grep -vE '^(variant|#)' <<<"$rows")
           if [ -n "$rows" ]; then

@@ -5,9 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <mutex>
 
 #include "cuda/flash_bwd.cuh"
 #include "cuda/flash_bwd_tc.cuh"
@@ -472,94 +470,6 @@ Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project 
   return s;
 }
 
-// Streams beside the caller's for the pre-passes, two per device, made on first use and kept: the pre-passes
-// overlap the delta preprocess (and each other). Forked from and joined back into the caller's stream with
-// events, so what the caller's stream sees afterwards is ordered as before (a CUDA graph capture follows the
-// fork). Null when a stream cannot be made: the pre-passes then run on the caller's stream.
-cudaStream_t side_stream(int which) {
-  constexpr int kMaxDevices = 64;
-  static std::mutex mutex;
-  static std::array<std::array<cudaStream_t, 2>, kMaxDevices> streams{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return nullptr;
-  const std::lock_guard<std::mutex> lock(mutex);
-  cudaStream_t& st = streams[device][which];
-  if (st == nullptr && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
-    cudaGetLastError();  // clear it: the caller's stream takes the work instead
-    st = nullptr;
-  }
-  return st;
-}
-
-// The point of the caller's stream the pre-passes start from: recorded before the backward queues its memsets and
-// delta preprocess, and waited for by the side streams only after those are queued (v3.37's launch order, session
-// 29: before, the host launched the pre-passes first, and the GPU's first long kernel, the preprocess, started
-// that much later). Null when not `wanted` or when no event could be made: the pre-passes then run in order on
-// the caller's stream. Destroyed with the call (an event may go once the waits on it are queued).
-struct PrepassFork {
-  cudaEvent_t event = nullptr;
-  PrepassFork(bool wanted, cudaStream_t main) {
-    if (!wanted) return;
-    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
-      cudaGetLastError();
-      event = nullptr;
-    } else if (cudaEventRecord(event, main) != cudaSuccess) {
-      cudaGetLastError();
-      cudaEventDestroy(event);
-      event = nullptr;
-    }
-  }
-  ~PrepassFork() {
-    if (event != nullptr) cudaEventDestroy(event);
-  }
-  PrepassFork(const PrepassFork&) = delete;
-  PrepassFork& operator=(const PrepassFork&) = delete;
-};
-
-// Runs `work(stream)` on a side stream from the fork point (what the caller's stream held when `fork` was made);
-// *join (when not null on return) is an event the caller makes `main` wait for before it reads the results
-// (join_prepass). Without a side stream or a fork point, `work` runs on `main` now, in order.
-template <typename Work>
-Status fork_prepass(cudaStream_t main, const PrepassFork& fork, int which, cudaEvent_t* join, Work work) {
-  *join = nullptr;
-  cudaStream_t side = fork.event != nullptr ? side_stream(which) : nullptr;
-  if (side == nullptr) return work(main);  // in order on the caller's
-  if (cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) return last_error("pre-pass fork");
-  Status s = work(side);
-  if (s.ok && (cudaEventCreateWithFlags(join, cudaEventDisableTiming) != cudaSuccess ||
-               cudaEventRecord(*join, side) != cudaSuccess)) {
-    s = last_error("pre-pass join");
-  }
-  if (!s.ok) {  // what was queued on the side stream must not outlive the call that owns the workspace
-    cudaStreamSynchronize(side);
-    if (*join != nullptr) cudaEventDestroy(*join);
-    *join = nullptr;
-  }
-  return s;
-}
-
-Status join_prepass(cudaStream_t main, cudaEvent_t join) {
-  if (join == nullptr) return {};
-  const cudaError_t e = cudaStreamWaitEvent(main, join, 0);
-  cudaEventDestroy(join);
-  return e == cudaSuccess ? Status{} : last_error("pre-pass join");
-}
-
-// The pre-passes' join events of one backward call: join() makes the caller's stream wait for them before the
-// kernels that read their results; on any earlier return the destructor does it, so no queued side-stream work
-// outlives the call that owns the workspace unordered.
-struct PrepassJoins {
-  cudaStream_t main;
-  cudaEvent_t k = nullptr, q = nullptr;
-  Status join() {
-    Status s = join_prepass(main, k);
-    if (Status sq = join_prepass(main, q); s.ok) s = sq;
-    k = q = nullptr;
-    return s;
-  }
-  ~PrepassJoins() { join(); }
-};
-
 // thresh-lowrank (docs/gproj-projection.md), after its pre-passes (lowrank_prepass): the main kernel with the row
 // lists and P (K U), the dQ postprocess with the corrections, and with causal masking the dK/dV postprocess with the
 // uniform dK part.
@@ -919,13 +829,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   // v3.9: P (K U), s_i, U and bf16(K U) from the forward (Problem::forward_stats); no basis pre-pass here.
   const bool fwd_stats = p.forward_stats != nullptr;  // (plan_backward checked that they apply)
   if (fwd_stats) set_stats_params(&kp, p, p.forward_stats);
-  // thresh-lowrank's pre-passes (K, and Q for the dK compensation) beside the memsets and the delta preprocess:
-  // they read only q or k and write regions nothing else uses before the join (the Gram partials are stored
-  // whole, so they need no zeroing). Their fork point is recorded here and they are queued after the preprocess
-  // (PrepassFork).
-  const bool prepass = thresh && !fwd_stats;
-  PrepassFork fork(prepass, st);
-  PrepassJoins joins{st};
+  const bool prepass = thresh && !fwd_stats;  // thresh-lowrank's pre-passes, after the delta preprocess (below)
   // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
   // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
   // kernels, the Gram matrices' partials by the Gram kernel.
@@ -951,16 +855,15 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   }
   if (Status s = last_error("backward preprocess"); !s.ok) return s;
+  // thresh-lowrank's pre-passes (K, and Q for the dK compensation), in order on the caller's stream after the delta
+  // preprocess (v3.38, session 29). From session 5 to v3.37 they ran on side streams beside the memsets and the
+  // preprocess, joined back by events before the main kernel; at D = 128, N = 4k the backward was then 10-40 µs
+  // slower than with them in order (run 4's probe): the latency-bound eigenvector kernel shared its SMs with the
+  // preprocess's memory traffic instead of finishing in its 28 µs.
   if (prepass) {
     const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
-    Status s = fork_prepass(st, fork, 0, &joins.k, [&](cudaStream_t ss) {
-      return p.D == 64 ? lowrank_prepass<64, false>(kp, ss, project) : lowrank_prepass<128, false>(kp, ss, project);
-    });
-    if (s.ok && kp.qu != nullptr) {
-      s = fork_prepass(st, fork, 1, &joins.q, [&](cudaStream_t ss) {
-        return p.D == 64 ? lowrank_prepass<64, true>(kp, ss) : lowrank_prepass<128, true>(kp, ss);
-      });
-    }
+    Status s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, project) : lowrank_prepass<128, false>(kp, st, project);
+    if (s.ok && kp.qu != nullptr) s = p.D == 64 ? lowrank_prepass<64, true>(kp, st) : lowrank_prepass<128, true>(kp, st);
     if (!s.ok) return s;
   }
   const bool det = p.params.deterministic;
@@ -970,9 +873,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
              kgrid = static_cast<unsigned>((nk + kPost - 1) / kPost);
   if (thresh) {
     const detail::TmaMaps* v31 = wg_version >= 2 ? &maps : nullptr;
-    Status s = joins.join();
-    if (!s.ok) return s;
-    s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
+    Status s = p.D == 64 ? backward_thresh<64>(kp, wg_version, v31, st) : backward_thresh<128>(kp, wg_version, v31, st);
     if (!s.ok || kp.causal) return s;  // with causal masking backward_thresh ran the dK/dV postprocess
     if (kp.dkv_direct == 1) {  // v3.35: dV stored by the main kernel, dK alone here, 8 elements a thread
       const auto grid8 = static_cast<unsigned>((nk / 2 + kPost - 1) / kPost);

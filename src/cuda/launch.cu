@@ -857,9 +857,9 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   if (Status s = last_error("backward preprocess"); !s.ok) return s;
   // thresh-lowrank's pre-passes (K, and Q for the dK compensation), in order on the caller's stream after the delta
   // preprocess (v3.38, session 29). From session 5 to v3.37 they ran on side streams beside the memsets and the
-  // preprocess, joined back by events before the main kernel; at D = 128, N = 4k the backward was then 10-40 µs
-  // slower than with them in order (run 4's probe): the latency-bound eigenvector kernel shared its SMs with the
-  // preprocess's memory traffic instead of finishing in its 28 µs.
+  // preprocess, joined back by events before the main kernel; at D = 128, N = 4k gproj's backward was then 36 µs
+  // (causal 17) slower than with them in order (runs 4-5). A guess at why, not measured: the latency-bound
+  // eigenvector kernel shared its SMs with the preprocess's memory traffic instead of finishing in its 28 µs.
   if (prepass) {
     const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
     Status s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, project) : lowrank_prepass<128, false>(kp, st, project);

@@ -87,7 +87,8 @@ gproj::cuda::DeviceTensor dense(void* p, int64_t N, int64_t H, int64_t D) {
 // The median over `reps` timings of one call of f, each the mean of `chain` calls back to back between two events
 // (chain = 1: one call after the GPU has drained, so the host's time to launch the call's first kernels counts;
 // chain > 1: the host queues the next call while the GPU runs this one, as in a training step, and that time
-// mostly does not).
+// mostly does not; but a GPU kept busy that long may run slower: session 29 measured D = 128, N = 4k backwards
+// 50-100 µs slower a call with --chain 8, and the two timings within ~10 µs elsewhere).
 template <class F>
 float median_ms(F f, int reps, int chain = 1) {
   cudaEvent_t a, b;

@@ -140,14 +140,23 @@ __device__ void orthonormalise_columns(float* X) {
   for (int c = 0; c < kLowRank; ++c)
 #pragma unroll
     for (int m = 0; m < kM; ++m) x[c][m] = X[c * D + lane + 32 * m];
-  const auto project_out = [&](int c, int d) {  // x_c -= (x_c . x_d) x_d, the dot reduced over the lanes
-    float dot = 0.0f;
+  // x_e -= (x_e . x_d) x_d for the columns e of [lo, hi), their dots reduced over the lanes side by side
+  const auto project_out = [&](int d, int lo, int hi) {
+    float dot[kLowRank];
 #pragma unroll
-    for (int m = 0; m < kM; ++m) dot = fmaf(x[c][m], x[d][m], dot);
+    for (int e = lo; e < hi; ++e) {
+      dot[e] = 0.0f;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      for (int m = 0; m < kM; ++m) dot[e] = fmaf(x[e][m], x[d][m], dot[e]);
+    }
 #pragma unroll
-    for (int m = 0; m < kM; ++m) x[c][m] -= dot * x[d][m];
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int e = lo; e < hi; ++e) dot[e] += __shfl_xor_sync(0xffffffffu, dot[e], o);
+#pragma unroll
+    for (int e = lo; e < hi; ++e)
+#pragma unroll
+      for (int m = 0; m < kM; ++m) x[e][m] -= dot[e] * x[d][m];
   };
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c) {
@@ -155,7 +164,7 @@ __device__ void orthonormalise_columns(float* X) {
 #pragma unroll
     for (int sweep = 1; sweep < kSweeps; ++sweep)
 #pragma unroll
-      for (int d = 0; d < c; ++d) project_out(c, d);
+      for (int d = 0; d < c; ++d) project_out(d, c, c + 1);
     float norm = 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) norm = fmaf(x[c][m], x[c][m], norm);
@@ -164,23 +173,7 @@ __device__ void orthonormalise_columns(float* X) {
     const float inv = norm > 0.0f ? rsqrtf(norm) : 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) x[c][m] *= inv;
-    // Sweep 0 of the later columns against column c: independent of each other (written out as project_out's
-    // three loops across the columns, so that their reductions interleave).
-    float dot[kLowRank];
-#pragma unroll
-    for (int e = c + 1; e < kLowRank; ++e) {
-      dot[e] = 0.0f;
-#pragma unroll
-      for (int m = 0; m < kM; ++m) dot[e] = fmaf(x[e][m], x[c][m], dot[e]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int e = c + 1; e < kLowRank; ++e) dot[e] += __shfl_xor_sync(0xffffffffu, dot[e], o);
-#pragma unroll
-    for (int e = c + 1; e < kLowRank; ++e)
-#pragma unroll
-      for (int m = 0; m < kM; ++m) x[e][m] -= dot[e] * x[c][m];
+    project_out(c, c + 1, kLowRank);  // sweep 0 of the later columns against column c, independent of each other
   }
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c)

@@ -112,33 +112,6 @@ Status launch_args(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStrea
   return last_error(what);
 }
 
-// The same for a grid in clusters of `cluster` CTAs (sm_90).
-template <class Kernel, class... Args>
-Status launch_cluster(Kernel kernel, dim3 grid, dim3 cluster, int threads, size_t smem, cudaStream_t stream,
-                      const char* what, const Args&... args) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-      cudaSuccess) {
-    return last_error(what);
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = cluster.x;
-  attribute[0].val.clusterDim.y = cluster.y;
-  attribute[0].val.clusterDim.z = cluster.z;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  if (const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...); e != cudaSuccess) {
-    (void)cudaGetLastError();  // (the launch's error, returned here, is not left for a later check)
-    return fail(ErrorCode::kDevice, std::string(what) + ": " + cudaGetErrorString(e));
-  }
-  return last_error(what);
-}
-
 template <class Kernel>
 Status launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const KernelParams& k, const char* what,
               int threads = kThreads) {
@@ -479,17 +452,17 @@ void set_stats_params(KernelParams* kp, const Problem& p, void* stats) {
 }
 
 // The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
-// rows onto it: Gram matrix and eigenvectors (one kernel, in clusters), bf16(X U). Reads only q or k; writes only
-// its workspace regions.
+// rows onto it: Gram matrix, eigenvectors, bf16(X U). Reads only q or k; writes only its workspace regions.
 // project = false: no K U here (the v3 kernels form it themselves once K is in shared memory).
 template <int D, bool kQ>
 Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project = true) {
   const int rows = kQ ? k.Nq : k.Nk, heads = kQ ? k.H : k.Hkv;
   const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
   const int chunks = detail::gram_chunks(rows, kQ ? 1 : k.basis_stride);  // Q's basis: every query
-  Status s = launch_cluster(detail::basis_kernel<D, kQ>, dim3(chunks, heads, k.B), dim3(chunks, 1, 1),
-                            detail::kBasisThreads, detail::basis_smem_bytes<D>(), stream,
-                            kQ ? "dK compensation basis" : "thresh-lowrank basis", k);
+  Status s = launch(detail::gram_kernel<D, kQ>, dim3(chunks, heads, k.B), 0, stream, k,
+                    kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
+  if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
+                       kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);
   if (s.ok && project) {
     s = launch(detail::ku_kernel<D, kQ>, dim3(tiles, heads, k.B), 0, stream, k,
                kQ ? "dK compensation Q U" : "thresh-lowrank K U", detail::kBwdThreads);

@@ -7,8 +7,6 @@
 // Exercised by tests/cuda/flash_cuda_test.cc (thresh-lowrank against the CPU emulator and the stress bars).
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include "cuda/flash_bwd_tc.cuh"
 #include "cuda/kernel_common.cuh"
 
@@ -27,24 +25,27 @@ constexpr int kSuffixBlock = 64;
 constexpr bool kDqAblateEntriesDk = (GPROJ_ABLATE & 64) != 0, kDqAblateDirectDk = (GPROJ_ABLATE & 128) != 0;
 
 // The rows a rank-8 basis is built for: K per kv head (thresh-lowrank), or Q per query head (kQ: the dK
-// compensation, FlashParams::dk_compensation_rank), with where their basis and projections go.
+// compensation, FlashParams::dk_compensation_rank), with where their Gram matrix, basis and projections go.
 template <bool kQ>
 struct LowRankRows {
   Strided x;
   int n, heads, stride;  // stride: the Gram matrix from every stride-th tile of 64 rows (K only)
+  float* gram;
   float* u;
   __nv_bfloat16* xu;
   __device__ explicit LowRankRows(const KernelParams& p)
       : x(kQ ? p.q : p.k), n(kQ ? p.Nq : p.Nk), heads(kQ ? p.H : p.Hkv), stride(kQ ? 1 : p.basis_stride),
+        gram(kQ ? p.gram_q : p.gram),
         u(kQ ? p.u_q : p.u), xu(kQ ? p.qu : p.ku) {}
 };
 
 // The Gram matrix in chunks of key tiles: at least kGramTiles tiles of 64 keys per chunk and at most
-// kGramMaxChunks chunks per head, each chunk one CTA of the head's cluster (basis_kernel). With a stride s (FlashParams::basis_key_stride, K's basis only) the matrix is formed
+// kGramMaxChunks chunks per head, so the eigenvector kernel, which adds the chunks' partial matrices, reads at
+// most kGramMaxChunks of them. With a stride s (FlashParams::basis_key_stride, K's basis only) the matrix is formed
 // from every s-th tile (tile 0 always in: the CPU emulator's keys) and a chunk takes at least kGramTiles / s of
 // them, so that a head has as many chunks as with s = 1 (4 at N = 4k). The same functions on the host (grid,
 // workspace) and in the kernels.
-constexpr int kGramTiles = 16, kGramMaxChunks = 8;
+constexpr int kGramTiles = 16, kGramMaxChunks = 16;
 __host__ __device__ inline int gram_sampled_tiles(int n, int stride) {
   const int tiles = (n + kBwdBlock - 1) / kBwdBlock;
   return (tiles + stride - 1) / stride;
@@ -59,12 +60,56 @@ __host__ __device__ inline int gram_chunks(int n, int stride = 1) {
   return (tiles + per - 1) / per;
 }
 
-// The Gram matrix and the basis in one kernel (v1.49, basis_kernel below): a cluster of gram_chunks CTAs per head,
-// CTA c forming chunk c's partial K^T K (every stride-th tile of 64 keys) on the tensor cores (BF16 K, FP32
-// accumulation: the products are exact) into its shared memory; the partials are then added in chunk order across
-// the cluster (distributed shared memory) into CTA 0's, which runs the subspace iteration. Before v1.49 a Gram
-// kernel stored the partials in global memory (16 MB at D = 128, N = 4k, 64 heads) and an eigenvector kernel
-// read them back: two launches, one round trip through L2. kGramMaxChunks is the largest portable cluster.
+// gram[b, hk, chunk] = K[chunk]^T K[chunk] on the tensor cores (BF16 K, FP32 accumulation: the products are
+// exact), one partial matrix per chunk, stored whole (no atomics: eig_kernel adds the chunks in order, so the
+// result does not depend on timing); grid (gram_chunks(Nk, stride), Hkv, B), 4 warps. Key tiles of 64 (every
+// stride-th) are double-buffered with cp.async; warp w accumulates the 16-row slices w, w + 4, ... of G with
+// warp_atb (the backward's dK = dS^T Q form, T = B = K). kQ: the same for Q per query head (stride 1).
+template <int D, bool kQ = false>
+__global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p) {
+  constexpr int kSlices = D / 64;  // 16-row slices of G per warp
+  __shared__ __align__(128) bf16_t sK[2 * kBwdBlock * D];
+  const LowRankRows<kQ> rows(p);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int b = blockIdx.z, hk = blockIdx.y;
+  const int per = gram_chunk_tiles(rows.n, rows.stride);
+  const int t0 = blockIdx.x * per, ntiles = min(per, gram_sampled_tiles(rows.n, rows.stride) - t0);  // >= 1
+  float acc[kSlices][D / 8][4];
+#pragma unroll
+  for (int sl = 0; sl < kSlices; ++sl)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[sl][n][e] = 0.0f;
+  const auto load = [&](int t) {
+    const int j0 = (t0 + t) * rows.stride * kBwdBlock;
+    load_tile_async<kBwdBlock, D, kBwdThreads>(sK + (t & 1) * kBwdBlock * D, rows.x.data, rows.x.s0, rows.x.s1,
+                                                rows.x.s2, b, j0, min(kBwdBlock, rows.n - j0), hk);  // zeros past n
+  };
+  load(0);
+  cp_async_commit();
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) load(t + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16_t* kt = sK + (t & 1) * kBwdBlock * D;
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) warp_atb<D, D>(acc[sl], kt, kt, (warp + 4 * sl) * 16, lane);
+    __syncthreads();
+  }
+  float* gram = rows.gram + ((static_cast<int64_t>(b) * rows.heads + hk) * gridDim.x + blockIdx.x) * D * D;
+#pragma unroll
+  for (int sl = 0; sl < kSlices; ++sl)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = (warp + 4 * sl) * 16 + g + 8 * half, col = n * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(&gram[row * D + col]) = make_float2(acc[sl][n][2 * half], acc[sl][n][2 * half + 1]);
+      }
+}
+
 // The pseudo-random start of the subspace iteration, the same numbers as top_eigenvectors in
 // src/cpu/projection.cc.
 __device__ __forceinline__ float start_value(int a, int c) {
@@ -138,108 +183,70 @@ __device__ void orthonormalise_columns(float* X) {
 
 constexpr int kSubspaceIters = 4;  // as top_eigenvectors in src/cpu/projection.cc (docs/gproj-projection.md)
 
-constexpr int kBasisThreads = 256;  // 8 warps: one 16-row slice of G each at D = 128, four busy at D = 64
-
-// Shared memory of basis_kernel: two key tiles, the CTA's partial Gram matrix (CTA 0's: the sum), X and Y.
 template <int D>
-constexpr size_t basis_smem_bytes() {
-  return sizeof(bf16_t) * 2 * kBwdBlock * D + sizeof(float) * (D * D + 2 * D * kLowRank);
+constexpr size_t eig_smem_bytes() {
+  return sizeof(float) * (D * D + 2 * D * kLowRank);
 }
 
-// u[b, hk] = top-8 eigenvectors of the Gram matrix of K (kQ: of Q, per query head) by kSubspaceIters steps of
-// subspace iteration. Grid (gram_chunks(n, stride), Hkv, B) (kQ: (chunks, H, B)) in clusters of (chunks, 1, 1),
-// kBasisThreads threads. (1) Each CTA forms its chunk's partial Gram matrix, key tiles of 64 double-buffered with
-// cp.async, warp w the 16-row slice w with warp_atb (the backward's dK = dS^T Q form, T = B = K), into G.
-// (2) Across the cluster, each CTA adds every CTA's partial, in chunk order, over its share of the elements, and
-// stores the sum in CTA 0's G. (3) CTA 0 iterates: Y = G X by threads a < D (row a of Y, all 8 columns, reading
-// G[e][a]: G is symmetric, consecutive lanes read consecutive words; row e of X as two 16-byte broadcasts), the
-// columns orthonormalised by orthonormalise_columns. The sums and products are those of v1.48's two kernels, in
-// the same order: the same bits of U.
+// u[b, hk] = top-8 eigenvectors of gram[b, hk] by kSubspaceIters steps of subspace iteration; grid (Hkv, B)
+// (kQ: (H, B), the queries' basis). Y = G X: thread a (< D) forms row a of Y, all 8 columns, reading G[e][a]
+// (G is symmetric: consecutive lanes, consecutive words) and row e of X as two 16-byte broadcasts.
 template <int D, bool kQ = false>
-__global__ void __launch_bounds__(kBasisThreads) basis_kernel(const KernelParams p) {
-  extern __shared__ __align__(128) unsigned char smem_basis[];
-  bf16_t* sK = reinterpret_cast<bf16_t*>(smem_basis);              // [2][64][D], swizzled
-  float* G = reinterpret_cast<float*>(sK + 2 * kBwdBlock * D);     // [D][D]
-  float* X = G + D * D;                                            // [8][D] (orthonormalise_columns)
-  float* Y = X + D * kLowRank;                                     // [D][8]
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
+__global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p) {
+  extern __shared__ float smem_f[];
+  float* G = smem_f;            // [D][D]
+  float* X = G + D * D;         // [8][D] (orthonormalise_columns)
+  float* Y = X + D * kLowRank;  // [D][8]
   const LowRankRows<kQ> rows(p);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int b = blockIdx.z, hk = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;  // the cluster spans x
-  // (1) this chunk's partial
-  {
-    const int per = gram_chunk_tiles(rows.n, rows.stride);
-    const int t0 = chunk * per, ntiles = min(per, gram_sampled_tiles(rows.n, rows.stride) - t0);  // >= 1
-    const bool slice = warp < D / 16;
-    float acc[D / 8][4];
+  const int b = blockIdx.y, hk = blockIdx.x;
+  const int chunks = gram_chunks(rows.n, rows.stride);
+  const float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * chunks * D * D;
+  // The chunks' partial matrices, added in chunk order. Each thread has kV float4 of G in flight per chunk: one
+  // element per thread and load waited ~64 x chunks memory round trips per CTA at D = 128 (eig_kernel took 88 µs
+  // under ncu at N = 4k, 4 chunks, most of it here); now 2 x chunks.
+  constexpr int kV = 8, kStep = kPostThreads * 4 * kV;
+  static_assert((D * D) % (kPostThreads * 4) == 0, "whole float4 per thread");
+  for (int x0 = threadIdx.x * 4; x0 < D * D; x0 += kStep) {
+    float4 sum[kV];
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-    const auto load = [&](int t) {
-      const int j0 = (t0 + t) * rows.stride * kBwdBlock;
-      load_tile_async<kBwdBlock, D, kBasisThreads>(sK + (t & 1) * kBwdBlock * D, rows.x.data, rows.x.s0, rows.x.s1,
-                                                   rows.x.s2, b, j0, min(kBwdBlock, rows.n - j0), hk);  // zeros past n
-    };
-    load(0);
-    cp_async_commit();
-    for (int t = 0; t < ntiles; ++t) {
-      if (t + 1 < ntiles) load(t + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-      __syncthreads();
-      const bf16_t* kt = sK + (t & 1) * kBwdBlock * D;
-      if (slice) warp_atb<D, D>(acc, kt, kt, warp * 16, lane);
-      __syncthreads();
+    for (int v = 0; v < kV; ++v) {
+      const int x = x0 + v * kPostThreads * 4;
+      sum[v] = x < D * D ? *reinterpret_cast<const float4*>(gram + x) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    if (slice) {
+    for (int c = 1; c < chunks; ++c) {
+      float4 t[kV];
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
+      for (int v = 0; v < kV; ++v) {
+        const int x = x0 + v * kPostThreads * 4;
+        t[v] = x < D * D ? *reinterpret_cast<const float4*>(gram + static_cast<int64_t>(c) * D * D + x)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = warp * 16 + g + 8 * half, col = n * 8 + 2 * tq;
-          *reinterpret_cast<float2*>(&G[row * D + col]) = make_float2(acc[n][2 * half], acc[n][2 * half + 1]);
-        }
+      for (int v = 0; v < kV; ++v) sum[v].x += t[v].x, sum[v].y += t[v].y, sum[v].z += t[v].z, sum[v].w += t[v].w;
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int x = x0 + v * kPostThreads * 4;
+      if (x < D * D) *reinterpret_cast<float4*>(G + x) = sum[v];
     }
   }
-  cluster.sync();
-  // (2) the sum in chunk order, ((G_0 + G_1) + G_2) + ..., into CTA 0's G; each CTA a strided share of the
-  // float4s, every partial's loads in flight before the adds
-  {
-    float4* g0 = cluster.map_shared_rank(reinterpret_cast<float4*>(G), 0);
-    for (int x = chunk * kBasisThreads + threadIdx.x; x < D * D / 4; x += chunks * kBasisThreads) {
-      float4 t[kGramMaxChunks];
-#pragma unroll
-      for (int c = 0; c < kGramMaxChunks; ++c)
-        if (c < chunks) t[c] = cluster.map_shared_rank(reinterpret_cast<float4*>(G), c)[x];
-      float4 sum = t[0];
-#pragma unroll
-      for (int c = 1; c < kGramMaxChunks; ++c)
-        if (c < chunks) sum.x += t[c].x, sum.y += t[c].y, sum.z += t[c].z, sum.w += t[c].w;
-      g0[x] = sum;
-    }
-  }
-  cluster.sync();  // (the other CTAs' shared memory stays until every read of it is done; CTA 0 sees the sums)
-  if (chunk != 0) return;
-  // (3) the subspace iteration
-  for (int x = threadIdx.x; x < D * kLowRank; x += kBasisThreads) X[x] = start_value(x % D, x / D);
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = start_value(x % D, x / D);
   __syncthreads();
   orthonormalise_columns<D>(X);
   __syncthreads();
   for (int it = 0; it < kSubspaceIters; ++it) {
-    for (int x = threadIdx.x; x < D * kLowRank; x += kBasisThreads) Y[(x % D) * kLowRank + x / D] = X[x];
+    for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) Y[(x % D) * kLowRank + x / D] = X[x];
     __syncthreads();
     const int a = threadIdx.x;
     float y[kLowRank] = {};
     if (a < D) {
 #pragma unroll 4
       for (int e = 0; e < D; ++e) {
-        const float ge = G[e * D + a];
+        const float g = G[e * D + a];
         const float4 x0 = reinterpret_cast<const float4*>(Y + e * kLowRank)[0];
         const float4 x1 = reinterpret_cast<const float4*>(Y + e * kLowRank)[1];
-        y[0] = fmaf(ge, x0.x, y[0]), y[1] = fmaf(ge, x0.y, y[1]), y[2] = fmaf(ge, x0.z, y[2]), y[3] = fmaf(ge, x0.w, y[3]);
-        y[4] = fmaf(ge, x1.x, y[4]), y[5] = fmaf(ge, x1.y, y[5]), y[6] = fmaf(ge, x1.z, y[6]), y[7] = fmaf(ge, x1.w, y[7]);
+        y[0] = fmaf(g, x0.x, y[0]), y[1] = fmaf(g, x0.y, y[1]), y[2] = fmaf(g, x0.z, y[2]), y[3] = fmaf(g, x0.w, y[3]);
+        y[4] = fmaf(g, x1.x, y[4]), y[5] = fmaf(g, x1.y, y[5]), y[6] = fmaf(g, x1.z, y[6]), y[7] = fmaf(g, x1.w, y[7]);
       }
     }
     __syncthreads();
@@ -256,7 +263,7 @@ __global__ void __launch_bounds__(kBasisThreads) basis_kernel(const KernelParams
     __syncthreads();
   }
   float* u = rows.u + (static_cast<int64_t>(b) * rows.heads + hk) * D * kLowRank;
-  for (int x = threadIdx.x; x < D * kLowRank; x += kBasisThreads) u[x] = X[(x % kLowRank) * D + x / kLowRank];
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) u[x] = X[(x % kLowRank) * D + x / kLowRank];
 }
 
 // ku[b, hk, j] = bf16(K_j U): a tile of 64 keys staged in shared memory (16-byte loads), two threads per key

@@ -351,9 +351,8 @@ TEST(Cuda, ThreshLowRankWithThirtyTwoSlotsARow) {
 }
 
 // thresh-lowrank with 20480 keys (320 tiles, 80 of them in the default basis): the Gram matrix's chunks grow past
-// the minimum (kGramTiles / stride tiles) so that a head has at most 8 partial matrices, one CTA each of the
-// basis kernel's cluster (src/cuda/projection_tc.cuh, gram_chunk_tiles), the one shape family where the chunk size
-// is not the minimum.
+// the minimum (kGramTiles / stride tiles) so that a head has at most 16 partial matrices
+// (src/cuda/projection_tc.cuh, gram_chunk_tiles), the one shape family where the chunk size is not the minimum.
 // D = 64 and 128, causal (bottom-right) and not, GQA; the basis from every 4th tile (default) and from all.
 TEST(Cuda, ThreshLowRankWithManyKeysUsesEveryGramChunk) {
   GPROJ_REQUIRE_GPU();

@@ -122,27 +122,33 @@ __device__ __forceinline__ float start_value(int a, int c) {
   return static_cast<float>(static_cast<double>(h) / 4294967296.0 - 0.5);
 }
 
-// Modified Gram-Schmidt of the kLowRank columns of X (column-major [8][D] in shared memory) by warp 0, the
-// columns in registers (lane holds rows lane + 32 m): the order of operations of orthonormalise in
-// src/cpu/projection.cc, in FP32. v1.48: right-looking. Once column d is final, every later column takes its
-// first sweep's projection onto it, their dot products reduced over the lanes side by side; column c then takes
-// its further sweeps (the last call: a second, top_eigenvectors says why) in order and is normalised. Each column
-// sees the same operations in the same order as before (sweep 0 against columns 0 .. c - 1, then sweep 1, then
-// its norm), so the same bits; but the 28 dot products of a sweep were one chain of 28 reductions over the lanes
-// (five shuffles each), and now they are 7 steps of reductions side by side.
-template <int D, int kSweeps = 1>
-__device__ void orthonormalise_columns(float* X) {
+// Modified Gram-Schmidt of the kLowRank columns of X ([D][8] row-major in shared memory, the layout Y = G X is
+// formed in) by warp 0, lane holding rows lane + 32 m in registers. v1.50b: one reduction over the lanes per column
+// (five shuffle steps): column c's squared norm and its dot products with the later columns side by side; then c is
+// normalised and each later column takes x_e -= (x_e . x_c / |x_c|) x_c / |x_c|, MGS's projection onto the final
+// column c with the dot product formed before the scaling. kReorth (the last step, as top_eigenvectors in
+// src/cpu/projection.cc): column c first takes a second sweep against the final columns 0 .. c - 1, classically
+// (their dot products side by side from the same x_c, then subtracted in order); where G has rank < 8 a column of
+// G X is its earlier columns plus rounding noise, and one sweep leaves it O(1) along them once normalised. The CPU
+// does the same steps in double, with MGS's order for both sweeps; the GPU's U agrees with it to FP32 rounding.
+// (v1.48 took a norm and a projection step per column, each a chain of five shuffles, and the second sweep one
+// column pair at a time: 108 chained reductions over the five calls, ~9 µs of eig_kernel's 28 at D = 128 by its
+// source page (session 30 run 1); now 48.)
+template <int D, bool kReorth = false>
+__device__ void orthonormalise_rows(float* X) {
   if (threadIdx.x >= 32) return;
   constexpr int kM = D / 32;
   const int lane = threadIdx.x;
   float x[kLowRank][kM];
 #pragma unroll
-  for (int c = 0; c < kLowRank; ++c)
-#pragma unroll
-    for (int m = 0; m < kM; ++m) x[c][m] = X[c * D + lane + 32 * m];
-  // x_e -= (x_e . x_d) x_d for the columns e of [lo, hi), their dots reduced over the lanes side by side
-  const auto project_out = [&](int d, int lo, int hi) {
-    float dot[kLowRank];
+  for (int m = 0; m < kM; ++m) {
+    const float4 lo = reinterpret_cast<const float4*>(X + (lane + 32 * m) * kLowRank)[0];
+    const float4 hi = reinterpret_cast<const float4*>(X + (lane + 32 * m) * kLowRank)[1];
+    x[0][m] = lo.x, x[1][m] = lo.y, x[2][m] = lo.z, x[3][m] = lo.w;
+    x[4][m] = hi.x, x[5][m] = hi.y, x[6][m] = hi.z, x[7][m] = hi.w;
+  }
+  // dot[e] = x_e . x_d over all rows for e in [lo, hi), reduced side by side
+  const auto dots = [&](float(&dot)[kLowRank], int d, int lo, int hi) {
 #pragma unroll
     for (int e = lo; e < hi; ++e) {
       dot[e] = 0.0f;
@@ -153,76 +159,98 @@ __device__ void orthonormalise_columns(float* X) {
     for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
       for (int e = lo; e < hi; ++e) dot[e] += __shfl_xor_sync(0xffffffffu, dot[e], o);
-#pragma unroll
-    for (int e = lo; e < hi; ++e)
-#pragma unroll
-      for (int m = 0; m < kM; ++m) x[e][m] -= dot[e] * x[d][m];
   };
 #pragma unroll
   for (int c = 0; c < kLowRank; ++c) {
-    // Column c has had sweep 0 against columns 0 .. c - 1 (the steps before); the further sweeps, in order.
+    if constexpr (kReorth) {
+      if (c > 0) {
+        float dot[kLowRank];
 #pragma unroll
-    for (int sweep = 1; sweep < kSweeps; ++sweep)
+        for (int d = 0; d < c; ++d) {  // (dots over d: x_d . x_c)
+          dot[d] = 0.0f;
 #pragma unroll
-      for (int d = 0; d < c; ++d) project_out(d, c, c + 1);
-    float norm = 0.0f;
+          for (int m = 0; m < kM; ++m) dot[d] = fmaf(x[d][m], x[c][m], dot[d]);
+        }
 #pragma unroll
-    for (int m = 0; m < kM; ++m) norm = fmaf(x[c][m], x[c][m], norm);
+        for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) norm += __shfl_xor_sync(0xffffffffu, norm, o);
-    const float inv = norm > 0.0f ? rsqrtf(norm) : 0.0f;
+          for (int d = 0; d < c; ++d) dot[d] += __shfl_xor_sync(0xffffffffu, dot[d], o);
+#pragma unroll
+        for (int d = 0; d < c; ++d)
+#pragma unroll
+          for (int m = 0; m < kM; ++m) x[c][m] -= dot[d] * x[d][m];
+      }
+    }
+    float dot[kLowRank];
+    dots(dot, c, c, kLowRank);  // dot[c]: |x_c|^2
+    const float inv = dot[c] > 0.0f ? rsqrtf(dot[c]) : 0.0f;
 #pragma unroll
     for (int m = 0; m < kM; ++m) x[c][m] *= inv;
-    project_out(c, c + 1, kLowRank);  // sweep 0 of the later columns against column c, independent of each other
+#pragma unroll
+    for (int e = c + 1; e < kLowRank; ++e) {
+      const float f = dot[e] * inv;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) x[e][m] -= f * x[c][m];
+    }
   }
 #pragma unroll
-  for (int c = 0; c < kLowRank; ++c)
-#pragma unroll
-    for (int m = 0; m < kM; ++m) X[c * D + lane + 32 * m] = x[c][m];
+  for (int m = 0; m < kM; ++m) {
+    reinterpret_cast<float4*>(X + (lane + 32 * m) * kLowRank)[0] = make_float4(x[0][m], x[1][m], x[2][m], x[3][m]);
+    reinterpret_cast<float4*>(X + (lane + 32 * m) * kLowRank)[1] = make_float4(x[4][m], x[5][m], x[6][m], x[7][m]);
+  }
 }
 
 constexpr int kSubspaceIters = 4;  // as top_eigenvectors in src/cpu/projection.cc (docs/gproj-projection.md)
 
+// Y = G X's threads: part p of the kParts forms rows a of Y over its share of the e.
+template <int D>
+constexpr int kEigParts = kPostThreads / D;
 template <int D>
 constexpr size_t eig_smem_bytes() {
-  return sizeof(float) * (D * D + 2 * D * kLowRank);
+  return sizeof(float) * (D * D + D * kLowRank * kEigParts<D>);  // G, X, Y's partial rows of parts 1 ..
 }
 
 // u[b, hk] = top-8 eigenvectors of gram[b, hk] by kSubspaceIters steps of subspace iteration; grid (Hkv, B)
-// (kQ: (H, B), the queries' basis). Y = G X: thread a (< D) forms row a of Y, all 8 columns, reading G[e][a]
-// (G is symmetric: consecutive lanes, consecutive words) and row e of X as two 16-byte broadcasts.
+// (kQ: (H, B), the queries' basis). v1.50b (session 30): X in the [D][8] layout throughout (no transposes), Y = G X
+// over all threads, orthonormalise_rows; the chunks' loads two chunks deep.
 template <int D, bool kQ = false>
 __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p) {
+  constexpr int kParts = kEigParts<D>, kSpan = D / kParts;
+  static_assert(kPostThreads % D == 0, "whole rows of Y per part");
   extern __shared__ float smem_f[];
-  float* G = smem_f;            // [D][D]
-  float* X = G + D * D;         // [8][D] (orthonormalise_columns)
-  float* Y = X + D * kLowRank;  // [D][8]
+  float* G = smem_f;                // [D][D]
+  float* X = G + D * D;             // [D][8]
+  float* Ypart = X + D * kLowRank;  // [kParts - 1][D][8]
   const LowRankRows<kQ> rows(p);
   const int b = blockIdx.y, hk = blockIdx.x;
   const int chunks = gram_chunks(rows.n, rows.stride);
   const float* gram = rows.gram + (static_cast<int64_t>(b) * rows.heads + hk) * chunks * D * D;
-  // The chunks' partial matrices, added in chunk order. Each thread has kV float4 of G in flight per chunk: one
-  // element per thread and load waited ~64 x chunks memory round trips per CTA at D = 128 (eig_kernel took 88 µs
-  // under ncu at N = 4k, 4 chunks, most of it here); now 2 x chunks.
-  constexpr int kV = 8, kStep = kPostThreads * 4 * kV;
+  // The chunks' partial matrices, added in chunk order, ((G_0 + G_1) + G_2) + ... Each thread has kV float4 of
+  // two chunks in flight (v1.50b: the next chunk's loads before this chunk's adds; one chunk deep, the sums were
+  // ~28% of the kernel's stall samples at D = 128, N = 4k, session 30 run 1).
+  constexpr int kV = D * D / (kPostThreads * 4) < 8 ? D * D / (kPostThreads * 4) : 8, kStep = kPostThreads * 4 * kV;
   static_assert((D * D) % (kPostThreads * 4) == 0, "whole float4 per thread");
-  for (int x0 = threadIdx.x * 4; x0 < D * D; x0 += kStep) {
-    float4 sum[kV];
+  const auto load = [&](float4(&t)[kV], int c, int x0) {
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int x = x0 + v * kPostThreads * 4;
-      sum[v] = x < D * D ? *reinterpret_cast<const float4*>(gram + x) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      t[v] = x < D * D ? *reinterpret_cast<const float4*>(gram + static_cast<int64_t>(c) * D * D + x)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+  };
+  for (int x0 = threadIdx.x * 4; x0 < D * D; x0 += kStep) {
+    float4 sum[kV], cur[kV];
+    load(sum, 0, x0);
+    if (chunks > 1) load(cur, 1, x0);
     for (int c = 1; c < chunks; ++c) {
-      float4 t[kV];
+      float4 next[kV];
+      if (c + 1 < chunks) load(next, c + 1, x0);
 #pragma unroll
-      for (int v = 0; v < kV; ++v) {
-        const int x = x0 + v * kPostThreads * 4;
-        t[v] = x < D * D ? *reinterpret_cast<const float4*>(gram + static_cast<int64_t>(c) * D * D + x)
-                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int v = 0; v < kV; ++v) sum[v].x += cur[v].x, sum[v].y += cur[v].y, sum[v].z += cur[v].z, sum[v].w += cur[v].w;
+      if (c + 1 < chunks) {
+#pragma unroll
+        for (int v = 0; v < kV; ++v) cur[v] = next[v];
       }
-#pragma unroll
-      for (int v = 0; v < kV; ++v) sum[v].x += t[v].x, sum[v].y += t[v].y, sum[v].z += t[v].z, sum[v].w += t[v].w;
     }
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
@@ -230,40 +258,50 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
       if (x < D * D) *reinterpret_cast<float4*>(G + x) = sum[v];
     }
   }
-  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = start_value(x % D, x / D);
+  // Y = G X: thread (part, a) forms row a of Y over its share of the e (G[e][a]: G is symmetric, consecutive lanes
+  // read consecutive words; row e of X as two 16-byte broadcasts); parts 1 .. store theirs, part 0 adds them in
+  // part order and writes X's row.
+  const int a = threadIdx.x % D, part = threadIdx.x / D;
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) X[x] = start_value(x / kLowRank, x % kLowRank);
   __syncthreads();
-  orthonormalise_columns<D>(X);
+  orthonormalise_rows<D>(X);
   __syncthreads();
   for (int it = 0; it < kSubspaceIters; ++it) {
-    for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) Y[(x % D) * kLowRank + x / D] = X[x];
-    __syncthreads();
-    const int a = threadIdx.x;
     float y[kLowRank] = {};
-    if (a < D) {
 #pragma unroll 4
-      for (int e = 0; e < D; ++e) {
-        const float g = G[e * D + a];
-        const float4 x0 = reinterpret_cast<const float4*>(Y + e * kLowRank)[0];
-        const float4 x1 = reinterpret_cast<const float4*>(Y + e * kLowRank)[1];
-        y[0] = fmaf(g, x0.x, y[0]), y[1] = fmaf(g, x0.y, y[1]), y[2] = fmaf(g, x0.z, y[2]), y[3] = fmaf(g, x0.w, y[3]);
-        y[4] = fmaf(g, x1.x, y[4]), y[5] = fmaf(g, x1.y, y[5]), y[6] = fmaf(g, x1.z, y[6]), y[7] = fmaf(g, x1.w, y[7]);
-      }
+    for (int e = part * kSpan; e < (part + 1) * kSpan; ++e) {
+      const float ge = G[e * D + a];
+      const float4 x0 = reinterpret_cast<const float4*>(X + e * kLowRank)[0];
+      const float4 x1 = reinterpret_cast<const float4*>(X + e * kLowRank)[1];
+      y[0] = fmaf(ge, x0.x, y[0]), y[1] = fmaf(ge, x0.y, y[1]), y[2] = fmaf(ge, x0.z, y[2]), y[3] = fmaf(ge, x0.w, y[3]);
+      y[4] = fmaf(ge, x1.x, y[4]), y[5] = fmaf(ge, x1.y, y[5]), y[6] = fmaf(ge, x1.z, y[6]), y[7] = fmaf(ge, x1.w, y[7]);
     }
-    __syncthreads();
-    if (a < D) {
+    if (part > 0) {
+      float4* to = reinterpret_cast<float4*>(Ypart + ((part - 1) * D + a) * kLowRank);
+      to[0] = make_float4(y[0], y[1], y[2], y[3]);
+      to[1] = make_float4(y[4], y[5], y[6], y[7]);
+    }
+    __syncthreads();  // (every read of X done)
+    if (part == 0) {
 #pragma unroll
-      for (int c = 0; c < kLowRank; ++c) X[c * D + a] = y[c];
+      for (int q = 1; q < kParts; ++q) {
+        const float4* from = reinterpret_cast<const float4*>(Ypart + ((q - 1) * D + a) * kLowRank);
+        const float4 lo = from[0], hi = from[1];
+        y[0] += lo.x, y[1] += lo.y, y[2] += lo.z, y[3] += lo.w, y[4] += hi.x, y[5] += hi.y, y[6] += hi.z, y[7] += hi.w;
+      }
+      reinterpret_cast<float4*>(X + a * kLowRank)[0] = make_float4(y[0], y[1], y[2], y[3]);
+      reinterpret_cast<float4*>(X + a * kLowRank)[1] = make_float4(y[4], y[5], y[6], y[7]);
     }
     __syncthreads();
     if (it + 1 < kSubspaceIters) {
-      orthonormalise_columns<D>(X);
+      orthonormalise_rows<D>(X);
     } else {
-      orthonormalise_columns<D, 2>(X);
+      orthonormalise_rows<D, true>(X);
     }
     __syncthreads();
   }
-  float* u = rows.u + (static_cast<int64_t>(b) * rows.heads + hk) * D * kLowRank;
-  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) u[x] = X[(x % kLowRank) * D + x / kLowRank];
+  float* u = rows.u + (static_cast<int64_t>(b) * rows.heads + hk) * D * kLowRank;  // (D, 8), as X
+  for (int x = threadIdx.x; x < D * kLowRank; x += kPostThreads) u[x] = X[x];
 }
 
 // ku[b, hk, j] = bf16(K_j U): a tile of 64 keys staged in shared memory (16-byte loads), two threads per key

@@ -460,7 +460,7 @@ Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project 
   const int tiles = (rows + detail::kBwdBlock - 1) / detail::kBwdBlock;
   const int chunks = detail::gram_chunks(rows, kQ ? 1 : k.basis_stride);  // Q's basis: every query
   Status s = launch(detail::gram_kernel<D, kQ>, dim3(chunks, heads, k.B), 0, stream, k,
-                    kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kGramThreads<D>);
+                    kQ ? "dK compensation Gram matrix" : "thresh-lowrank Gram matrix", detail::kBwdThreads);
   if (s.ok) s = launch(detail::eig_kernel<D, kQ>, dim3(heads, k.B), detail::eig_smem_bytes<D>(), stream, k,
                        kQ ? "dK compensation eigenvectors" : "thresh-lowrank eigenvectors", detail::kPostThreads);
   if (s.ok && project) {

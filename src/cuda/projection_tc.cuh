@@ -62,31 +62,29 @@ __host__ __device__ inline int gram_chunks(int n, int stride = 1) {
 
 // gram[b, hk, chunk] = K[chunk]^T K[chunk] on the tensor cores (BF16 K, FP32 accumulation: the products are
 // exact), one partial matrix per chunk, stored whole (no atomics: eig_kernel adds the chunks in order, so the
-// result does not depend on timing); grid (gram_chunks(Nk, stride), Hkv, B), kGramThreads<D> threads. Key tiles
-// of 64 (every stride-th) are double-buffered with cp.async; warp w accumulates the 16-row slice w of G with
+// result does not depend on timing); grid (gram_chunks(Nk, stride), Hkv, B), 4 warps. Key tiles of 64 (every
+// stride-th) are double-buffered with cp.async; warp w accumulates the 16-row slices w, w + 4, ... of G with
 // warp_atb (the backward's dK = dS^T Q form, T = B = K). kQ: the same for Q per query head (stride 1).
-// v1.51 (session 30): one slice per warp, D / 16 warps (8 at D = 128: before, 4 warps of two slices each, the same
-// sums in the same order; two CTAs a SM held 8 warps, too few to cover the tiles' loads and ldmatrix latency).
-template <int D>
-constexpr int kGramThreads = 32 * (D / 16);
 template <int D, bool kQ = false>
-__global__ void __launch_bounds__(kGramThreads<D>) gram_kernel(const KernelParams p) {
-  constexpr int kThreads = kGramThreads<D>;
+__global__ void __launch_bounds__(kBwdThreads) gram_kernel(const KernelParams p) {
+  constexpr int kSlices = D / 64;  // 16-row slices of G per warp
   __shared__ __align__(128) bf16_t sK[2 * kBwdBlock * D];
   const LowRankRows<kQ> rows(p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int b = blockIdx.z, hk = blockIdx.y;
   const int per = gram_chunk_tiles(rows.n, rows.stride);
   const int t0 = blockIdx.x * per, ntiles = min(per, gram_sampled_tiles(rows.n, rows.stride) - t0);  // >= 1
-  float acc[D / 8][4];  // rows 16 warp .. of G
+  float acc[kSlices][D / 8][4];
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n)
+  for (int sl = 0; sl < kSlices; ++sl)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[sl][n][e] = 0.0f;
   const auto load = [&](int t) {
     const int j0 = (t0 + t) * rows.stride * kBwdBlock;
-    load_tile_async<kBwdBlock, D, kThreads>(sK + (t & 1) * kBwdBlock * D, rows.x.data, rows.x.s0, rows.x.s1,
-                                             rows.x.s2, b, j0, min(kBwdBlock, rows.n - j0), hk);  // zeros past n
+    load_tile_async<kBwdBlock, D, kBwdThreads>(sK + (t & 1) * kBwdBlock * D, rows.x.data, rows.x.s0, rows.x.s1,
+                                                rows.x.s2, b, j0, min(kBwdBlock, rows.n - j0), hk);  // zeros past n
   };
   load(0);
   cp_async_commit();
@@ -96,17 +94,20 @@ __global__ void __launch_bounds__(kGramThreads<D>) gram_kernel(const KernelParam
     cp_async_wait<1>();
     __syncthreads();
     const bf16_t* kt = sK + (t & 1) * kBwdBlock * D;
-    warp_atb<D, D>(acc, kt, kt, warp * 16, lane);
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) warp_atb<D, D>(acc[sl], kt, kt, (warp + 4 * sl) * 16, lane);
     __syncthreads();
   }
   float* gram = rows.gram + ((static_cast<int64_t>(b) * rows.heads + hk) * gridDim.x + blockIdx.x) * D * D;
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n)
+  for (int sl = 0; sl < kSlices; ++sl)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp * 16 + g + 8 * half, col = n * 8 + 2 * tq;
-      *reinterpret_cast<float2*>(&gram[row * D + col]) = make_float2(acc[n][2 * half], acc[n][2 * half + 1]);
-    }
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = (warp + 4 * sl) * 16 + g + 8 * half, col = n * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(&gram[row * D + col]) = make_float2(acc[sl][n][2 * half], acc[sl][n][2 * half + 1]);
+      }
 }
 
 // The pseudo-random start of the subspace iteration, the same numbers as top_eigenvectors in

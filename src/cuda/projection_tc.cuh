@@ -165,16 +165,7 @@ __device__ void orthonormalise_rows(float* X) {
     if constexpr (kReorth) {
       if (c > 0) {
         float dot[kLowRank];
-#pragma unroll
-        for (int d = 0; d < c; ++d) {  // (dots over d: x_d . x_c)
-          dot[d] = 0.0f;
-#pragma unroll
-          for (int m = 0; m < kM; ++m) dot[d] = fmaf(x[d][m], x[c][m], dot[d]);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-          for (int d = 0; d < c; ++d) dot[d] += __shfl_xor_sync(0xffffffffu, dot[d], o);
+        dots(dot, c, 0, c);  // dot[d] = x_d . x_c for the earlier columns d
 #pragma unroll
         for (int d = 0; d < c; ++d)
 #pragma unroll

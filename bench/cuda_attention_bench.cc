@@ -235,6 +235,8 @@ int main(int argc, char** argv) {
           int dk_rank = 0;          // FlashParams::dk_compensation_rank (CUDA: 8, D = 64 only)
           bool fwd_stats = false;   // Problem::forward_stats: thresh-lowrank's statistics from the forward (v2.3,
                                     // v3.9); the forward's time includes the basis and K U tiles
+          bool fwd_basis = false;   // Problem::forward_basis: K's basis formed beside the forward kernel; the
+                                    // forward's time includes it (docs/gproj-forward-basis.md)
         };
         // baseline and gproj (thresh-lowrank): the defaults (forward v2.2, backward v3.2 / v3.1); -v1: the
         // mma.sync kernels both ways; gproj-pw: the pweighted projection (v1 backward); base-fwd1 / base-fwd21:
@@ -242,12 +244,14 @@ int main(int argc, char** argv) {
         // atomics, experimental, D = 128); on demand (--only): base-w8-wg, the
         // wide backward with the v2.1 forward; base-wgbwd, v3.0; base-stats, the audit's statistics. gproj-dkc:
         // gproj with the dK compensation (experimental; D = 64 rows only). gproj-fs: gproj with the statistics from
-        // the forward (docs/gproj-forward-stats.md).
+        // the forward (docs/gproj-forward-stats.md). gproj-fb: gproj with K's basis from the forward
+        // (docs/gproj-forward-basis.md).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
                                   Config{"base-v1", Variant::kBaseline, kNone, 0, 0},
                                   Config{"gproj", Variant::kGproj, kThresh},
                                   Config{"gproj-fs", Variant::kGproj, kThresh, -1, -1, 4, false, 0, true},
+                                  Config{"gproj-fb", Variant::kGproj, kThresh, -1, -1, 4, false, 0, false, true},
                                   Config{"gproj-v1", Variant::kGproj, kThresh, 0, 0},
                                   Config{"gproj-pw", Variant::kGproj, Projection::kPWeighted},
                                   Config{"base-fwd1", Variant::kBaseline, kNone, 0},
@@ -286,6 +290,16 @@ int main(int argc, char** argv) {
           if (cfg.fwd_stats && !cuda::forward_stats_apply(p)) {
             std::fprintf(stderr, "%s: the forward statistics do not apply to this problem\n", cfg.label);
             std::exit(2);
+          }
+          if (cfg.fwd_basis) {
+            if (!cuda::forward_basis_apply(p)) {
+              std::fprintf(stderr, "%s: the forward basis does not apply to this problem\n", cfg.label);
+              std::exit(2);
+            }
+            CHECK(cudaMalloc(&stats, cuda::forward_basis_bytes(p)));
+            CHECK(cudaMalloc(&fws, cuda::forward_workspace_bytes(p)));
+            p.forward_basis = stats;
+            p.forward_workspace = fws;
           }
           if (cfg.fwd_stats) {
             CHECK(cudaMalloc(&stats, cuda::forward_stats_bytes(p)));

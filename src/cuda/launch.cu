@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <mutex>
 
 #include "cuda/flash_bwd.cuh"
 #include "cuda/flash_bwd_tc.cuh"
@@ -551,6 +553,65 @@ std::string backward_kernel_name(const FlashParams& params, bool tc, int wg_vers
   return name;
 }
 
+// Problem::forward_basis: a stream beside the caller's for K's basis pre-passes during the forward, one per device,
+// made on first use and kept. Null when it cannot be made: the pre-passes then run in order on the caller's stream.
+cudaStream_t basis_stream() {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mutex;
+  static std::array<cudaStream_t, kMaxDevices> streams{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return nullptr;
+  const std::lock_guard<std::mutex> lock(mutex);
+  cudaStream_t& st = streams[device];
+  if (st == nullptr && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();  // clear it: the caller's stream takes the work instead
+    st = nullptr;
+  }
+  return st;
+}
+
+// An event made for one call and destroyed with it (an event may go once the waits on it are queued), recorded on
+// `record_on`; null where not `wanted` or where it could not be made or recorded.
+struct CallEvent {
+  cudaEvent_t event = nullptr;
+  CallEvent(bool wanted, cudaStream_t record_on) {
+    if (!wanted) return;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      event = nullptr;
+    } else if (cudaEventRecord(event, record_on) != cudaSuccess) {
+      cudaGetLastError();
+      cudaEventDestroy(event);
+      event = nullptr;
+    }
+  }
+  ~CallEvent() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+  CallEvent(const CallEvent&) = delete;
+  CallEvent& operator=(const CallEvent&) = delete;
+};
+
+// The forward's basis pre-passes (Gram matrix, eigenvectors) on the side stream from `fork` (the caller's stream
+// before the forward kernel was queued), so that the GPU takes the forward kernel's blocks first and the pre-passes
+// fill the SMs its last wave leaves idle; the caller's stream then waits for them, so what it sees after forward()
+// is ordered as before (a CUDA graph capture follows the fork and the join). Without a side stream or a fork
+// event they run in order on the caller's stream.
+template <int D>
+Status forward_basis_prepass(const KernelParams& kp, cudaStream_t main, const CallEvent& fork) {
+  cudaStream_t side = fork.event != nullptr ? basis_stream() : nullptr;
+  if (side == nullptr) return lowrank_prepass<D, false>(kp, main, false);
+  if (cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) return last_error("forward basis fork");
+  Status s = lowrank_prepass<D, false>(kp, side, false);
+  const CallEvent join(true, side);
+  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
+    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
+    cudaGetLastError();
+    if (s.ok) s = fail(ErrorCode::kDevice, "forward basis: could not join the side stream back into the caller's");
+  }
+  return s;
+}
+
 }  // namespace
 
 Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
@@ -599,6 +660,20 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
       break;
     }
   }
+  const bool basis = p.forward_basis != nullptr;
+  if (basis) {
+    if (!forward_basis_apply(p)) {
+      return fail(ErrorCode::kUnsupported,
+                  "forward_basis (K's basis formed by the forward) needs variant gproj with projection thresh-lowrank "
+                  "(not deterministic) and no forward_stats");
+    }
+    if (!rows_aligned(k)) return fail(ErrorCode::kUnsupported, "forward_basis needs 16-byte aligned rows of k");
+    if (p.forward_workspace == nullptr) {
+      return fail(ErrorCode::kInvalidArgument, "forward_basis needs forward_workspace (forward_workspace_bytes)");
+    }
+    kp.u = static_cast<float*>(p.forward_basis);
+    kp.gram = static_cast<float*>(p.forward_workspace);
+  }
   if (stats) {  // K's basis, bf16(K U) and its tiles, then the v2.3 forward, all on the caller's stream
     set_stats_params(&kp, p, p.forward_stats);
     if (Status s = ku_tiles_map(&maps.ku, kp.ku_tiles, p); !s.ok) return s;
@@ -613,9 +688,16 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     }
     if (!s.ok) return s;
   }
+  // forward_basis: the fork point is the caller's stream before the forward kernel (forward_basis_prepass).
+  const CallEvent fork(basis, st);
   Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
                        : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
   if (s.ok && stats) s.kernels += " (+ thresh-lowrank basis and K U tiles)";
+  if (s.ok && basis) {
+    const std::string kernels = s.kernels;
+    s = p.D == 64 ? forward_basis_prepass<64>(kp, st, fork) : forward_basis_prepass<128>(kp, st, fork);
+    if (s.ok) s.kernels = kernels + " (+ thresh-lowrank basis beside it)";
+  }
   return s;
 }
 
@@ -631,8 +713,18 @@ bool forward_stats_apply(const Problem& p) {
 
 size_t forward_stats_bytes(const Problem& p) { return forward_stats_apply(p) ? stats_layout(p).bytes() : 0; }
 
-size_t forward_workspace_bytes(const Problem& p) {
-  return forward_stats_apply(p) ? sizeof(float) * stats_layout(p).gram : 0;
+bool forward_basis_apply(const Problem& p) {
+  const FlashParams& f = p.params;
+  return f.variant == Variant::kGproj && effective_projection(f) == Projection::kThreshLowRank && !f.forward_stats &&
+         !f.deterministic && (p.D == 64 || p.D == 128);
+}
+
+size_t forward_basis_bytes(const Problem& p) {
+  return forward_basis_apply(p) ? sizeof(float) * stats_layout(p).u : 0;
+}
+
+size_t forward_workspace_bytes(const Problem& p) {  // the Gram partials of either form
+  return forward_stats_apply(p) || forward_basis_apply(p) ? sizeof(float) * stats_layout(p).gram : 0;
 }
 
 size_t backward_workspace_row_stride(const Problem& p) { return layout(p).row; }
@@ -723,9 +815,14 @@ Status plan_backward(const Problem& p, const DeviceTensor& q, const DeviceTensor
                 "forward_stats need variant gproj with projection thresh-lowrank on the v3.1 / v3.2 backward "
                 "(not deterministic, no dK compensation; the TMA descriptors must be accepted)");
   }
+  if (p.forward_basis != nullptr && !forward_basis_apply(p)) {
+    return fail(ErrorCode::kUnsupported, "forward_basis (K's basis formed by the forward) needs variant gproj with "
+                                         "projection thresh-lowrank (not deterministic) and no forward_stats");
+  }
   plan->wg_version = wg_version;
   plan->kernels = backward_kernel_name(p.params, tc, wg_version, dk_comp);
   if (p.forward_stats != nullptr) plan->kernels += ", statistics from the forward";
+  if (p.forward_basis != nullptr) plan->kernels += ", basis from the forward";
   return {};
 }
 
@@ -829,6 +926,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   // v3.9: P (K U), s_i, U and bf16(K U) from the forward (Problem::forward_stats); no basis pre-pass here.
   const bool fwd_stats = p.forward_stats != nullptr;  // (plan_backward checked that they apply)
   if (fwd_stats) set_stats_params(&kp, p, p.forward_stats);
+  if (p.forward_basis != nullptr) kp.u = static_cast<float*>(p.forward_basis);  // (plan_backward checked it applies)
   const bool prepass = thresh && !fwd_stats;  // thresh-lowrank's pre-passes, after the delta preprocess (below)
   // Zeros only where kernels accumulate: the row statistics, dQacc (and P K), and thresh-lowrank's list
   // counters, statistics records and per-head counters (one block). dKacc and dVacc are written whole by the main
@@ -862,7 +960,15 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   // eigenvector kernel shared its SMs with the preprocess's memory traffic instead of finishing in its 28 µs.
   if (prepass) {
     const bool project = wg_version < 2;  // the v3.1 / v3.2 kernels form K U themselves
-    Status s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, project) : lowrank_prepass<128, false>(kp, st, project);
+    Status s;
+    if (p.forward_basis == nullptr) {
+      s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, project) : lowrank_prepass<128, false>(kp, st, project);
+    } else if (project) {  // U from the forward (Problem::forward_basis): only bf16(K U) for the v1 kernels
+      const dim3 tgrid((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock, p.Hkv, p.B);
+      s = p.D == 64 ? launch(detail::ku_kernel<64, false>, tgrid, 0, st, kp, "thresh-lowrank K U", detail::kBwdThreads)
+                    : launch(detail::ku_kernel<128, false>, tgrid, 0, st, kp, "thresh-lowrank K U",
+                             detail::kBwdThreads);
+    }
     if (s.ok && kp.qu != nullptr) s = p.D == 64 ? lowrank_prepass<64, true>(kp, st) : lowrank_prepass<128, true>(kp, st);
     if (!s.ok) return s;
   }

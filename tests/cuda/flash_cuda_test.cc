@@ -728,6 +728,124 @@ TEST(Cuda, ForwardStatisticsAreRefusedWhereTheyDoNotApply) {
   for (void* ptr : {q, o, lse, stats, fws, ws, g}) cudaFree(ptr);
 }
 
+// K's basis from the forward (Problem::forward_basis): U is a function of k alone, so the backward that takes it
+// gives the gradients of the one that forms it: dV the same bits, dQ and dK (FP32 atomics in any order) within one
+// BF16 unit an element, on the v3 kernels and the v1 ones (which then form only bf16(K U)), with and without causal
+// masking, with one and two query heads per kv head (GQA), at an awkward Nk. The forward's own outputs do not move.
+TEST(Cuda, ForwardBasisGivesTheBackwardsGradients) {
+  GPROJ_REQUIRE_GPU();
+  const int64_t Nq = 200, Nk = 328, H = 2;
+  for (int64_t D : {64, 128})
+    for (int64_t Hkv : {H, H / 2}) {
+      const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, Hkv, D, true, 93));
+      const size_t n = static_cast<size_t>(Nq * H * D), nkv = static_cast<size_t>(Nk * Hkv * D);
+      DeviceScratch mem;
+      const cuda::DeviceTensor q = mem.upload(s.q, Nq, H, D), k = mem.upload(s.k, Nk, Hkv, D),
+                               v = mem.upload(s.v, Nk, Hkv, D), dout = mem.upload(s.dout, Nq, H, D);
+      cuda::DeviceTensor none;
+      for (int form = 0; form < 4; ++form) {  // v3 (auto) and v1; each without and with causal masking
+        cuda::Problem p;
+        p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = H, p.Hkv = Hkv, p.D = D;
+        p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+        p.params = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+        p.params.causal = form % 2 != 0;
+        p.params.cuda_backward_wgmma = form < 2 ? -1 : 0;
+        const std::string what = std::string(form < 2 ? "v3" : "v1") + (p.params.causal ? " causal" : "") +
+                                 " D = " + std::to_string(D) + " Hkv = " + std::to_string(Hkv);
+        ASSERT_TRUE(cuda::forward_basis_apply(p)) << what;
+        ASSERT_EQ(cuda::forward_basis_bytes(p), sizeof(float) * static_cast<size_t>(Hkv * D * 8)) << what;
+        std::vector<uint16_t> out[2][4];  // [formed by the backward, from the forward][O, dQ, dK, dV]
+        for (int from_forward : {0, 1}) {
+          cuda::Problem pf = p;
+          if (from_forward) {
+            pf.forward_basis = mem.alloc(cuda::forward_basis_bytes(p));
+            pf.forward_workspace = mem.alloc(cuda::forward_workspace_bytes(p));
+          }
+          const cuda::DeviceTensor o = dense_view(mem.alloc(n * 2), Nq, H, D);
+          cuda::DeviceTensor lse;
+          lse.data = mem.alloc(H * Nq * 4);
+          const cuda::Status fs = cuda::forward(pf, q, k, v, o, lse, none, nullptr);
+          ASSERT_TRUE(fs.ok) << what << ": " << fs.message;
+          EXPECT_EQ(fs.kernels.find("basis beside it") != std::string::npos, from_forward != 0) << fs.kernels;
+          const cuda::DeviceTensor dq = dense_view(mem.alloc(n * 2), Nq, H, D),
+                                   dk = dense_view(mem.alloc(nkv * 2), Nk, Hkv, D),
+                                   dv = dense_view(mem.alloc(nkv * 2), Nk, Hkv, D);
+          const cuda::Status bs = cuda::backward(pf, q, k, v, o, none, lse, dout, dq, dk, dv,
+                                                 mem.alloc(cuda::backward_workspace_bytes(pf)), nullptr);
+          ASSERT_TRUE(bs.ok) << what << ": " << bs.message;
+          EXPECT_EQ(bs.kernels.find("basis from the forward") != std::string::npos, from_forward != 0) << bs.kernels;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          for (int t = 0; t < 4; ++t) {
+            std::vector<uint16_t>& h = out[from_forward][t];
+            h.resize(t < 2 ? n : nkv);
+            const void* src = t == 0 ? o.data : t == 1 ? dq.data : t == 2 ? dk.data : dv.data;
+            ASSERT_EQ(cudaMemcpy(h.data(), src, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+          }
+        }
+        for (int t = 0; t < 4; ++t) {
+          const char* name = t == 0 ? " O" : t == 1 ? " dQ" : t == 2 ? " dK" : " dV";
+          if (t == 1 || t == 2) {
+            double diff = 0.0, norm = 0.0;
+            for (size_t i = 0; i < out[0][t].size(); ++i) {
+              const double a = bf16::from_bits(out[0][t][i]).to_float(), b = bf16::from_bits(out[1][t][i]).to_float();
+              diff += (a - b) * (a - b), norm += a * a;
+            }
+            EXPECT_GT(norm, 0.0) << what << name;
+            EXPECT_LE(std::sqrt(diff), std::ldexp(std::sqrt(norm), -7)) << what << name;
+            continue;
+          }
+          for (size_t i = 0; i < out[0][t].size(); ++i) {
+            const uint16_t a = out[0][t][i], b = out[1][t][i];
+            ASSERT_TRUE(a == b || ((a | b) & 0x7fffu) == 0) << what << name << " element " << i;
+          }
+        }
+      }
+    }
+}
+
+// Problem::forward_basis where it does not apply (another variant, with forward_stats) or without its Gram
+// workspace: refused by forward() and backward() with a status naming it, never ignored.
+TEST(Cuda, ForwardBasisIsRefusedWhereItDoesNotApply) {
+  GPROJ_REQUIRE_GPU();
+  cuda::Problem p = small_gproj_problem(64);
+  ASSERT_TRUE(cuda::forward_basis_apply(p));
+  const size_t n = 64 * 64;
+  DeviceScratch mem;
+  cuda::DeviceTensor t = dense_view(mem.alloc(n * 2), 64, 1, 64), to = dense_view(mem.alloc(n * 2), 64, 1, 64), tl,
+                     none;
+  ASSERT_EQ(cudaMemset(t.data, 0, n * 2), cudaSuccess);
+  tl.data = mem.alloc(64 * 4);
+  p.forward_basis = mem.alloc(cuda::forward_basis_bytes(p));
+  cuda::Status st = cuda::forward(p, t, t, t, to, tl, none, nullptr);  // no forward_workspace
+  EXPECT_FALSE(st.ok);
+  EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message.find("forward_workspace"), std::string::npos) << st.message;
+  p.forward_workspace = mem.alloc(cuda::forward_workspace_bytes(p));
+  st = cuda::forward(p, t, t, t, to, tl, none, nullptr);
+  EXPECT_TRUE(st.ok) << st.message;
+  const cuda::DeviceTensor dq = dense_view(mem.alloc(n * 2), 64, 1, 64), dk = dense_view(mem.alloc(n * 2), 64, 1, 64),
+                           dv = dense_view(mem.alloc(n * 2), 64, 1, 64);
+  void* ws = mem.alloc(cuda::backward_workspace_bytes(p));
+  for (int which = 0; which < 2; ++which) {  // baseline; gproj with forward_stats
+    cuda::Problem bad = p;
+    if (which == 0) bad.params.variant = Variant::kBaseline;
+    else bad.params.forward_stats = true;
+    EXPECT_FALSE(cuda::forward_basis_apply(bad)) << which;
+    EXPECT_EQ(cuda::forward_basis_bytes(bad), 0u) << which;
+    st = cuda::forward(bad, t, t, t, to, tl, none, nullptr);
+    EXPECT_FALSE(st.ok) << which;
+    EXPECT_EQ(st.code, ErrorCode::kUnsupported) << which;
+    EXPECT_NE(st.message.find("forward_basis"), std::string::npos) << st.message;
+    st = cuda::backward(bad, t, t, t, to, none, tl, t, dq, dk, dv, ws, nullptr);
+    EXPECT_FALSE(st.ok) << which;
+    EXPECT_EQ(st.code, ErrorCode::kUnsupported) << which;
+    EXPECT_NE(st.message.find("forward_basis"), std::string::npos) << st.message;
+  }
+  st = cuda::backward(p, t, t, t, to, none, tl, t, dq, dk, dv, ws, nullptr);
+  EXPECT_TRUE(st.ok) << st.message;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // The CUDA backward of `s` (with the forward `f`) under `p` must be refused as unsupported, naming `needle`.
 void expect_backward_unsupported(const AttentionState& s, const ForwardResult& f, const FlashParams& p,
                                  const std::string& needle, const std::string& what) {

@@ -35,6 +35,13 @@ struct Problem {
   // the same forward instead of forming them (faster). Where forward_stats_apply(p) is false both refuse it.
   void* forward_stats = nullptr;
   void* forward_workspace = nullptr;
+  // gproj with thresh-lowrank (docs/gproj-forward-basis.md): K's basis U formed by the forward instead of the
+  // backward. forward(): when not null, forms U here (forward_basis_bytes(p) bytes; its Gram partials in
+  // forward_workspace, forward_workspace_bytes(p) bytes) on a side stream beside the forward kernel, joined back
+  // into the caller's stream before forward() returns. backward(): when not null, takes U from here instead of
+  // forming it; the caller passes the same k to both (U is a function of k alone, so the gradients are the same
+  // bits either way). Where forward_basis_apply(p) is false both refuse it.
+  void* forward_basis = nullptr;
   // backward(): the bytes at its workspace. 0 (the default): backward_workspace_bytes(p), the most any backward of
   // this problem needs. Set it when the workspace was sized by backward_workspace_bytes(p, tensors...), which can
   // be smaller; backward() then refuses a workspace too small for what it would run.
@@ -63,6 +70,11 @@ bool forward_stats_apply(const Problem& p);
 // and of Problem::forward_workspace (the Gram matrices, needed during forward() only).
 size_t forward_stats_bytes(const Problem& p);
 size_t forward_workspace_bytes(const Problem& p);
+// Whether this problem can take K's basis from the forward (Problem::forward_basis): variant gproj whose projection
+// is thresh-lowrank (not deterministic), without forward_stats (which carry the basis themselves), D 64 or 128.
+// k's rows must also be 16-byte aligned. forward_basis_bytes(p): B Hkv D 8 floats where it applies, else 0.
+bool forward_basis_apply(const Problem& p);
+size_t forward_basis_bytes(const Problem& p);
 
 // Bytes of scratch memory backward() needs for this problem (FP32 accumulators, row statistics), whatever the
 // tensors: the most any backward of it needs.

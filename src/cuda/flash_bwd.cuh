@@ -27,7 +27,9 @@ __global__ void bwd_preprocess_kernel(const KernelParams p) {
 // with 16-byte loads (coalesced; the one-thread-per-row loads above read 2 bytes from a different row per lane),
 // then one thread per row sums them in the same order. Rows are padded to an odd word count (no bank conflicts).
 constexpr int kPreRows = 64, kPreThreads = 256;
-template <int D>
+// kApart: the same kernel, launched with a smaller preferred shared-memory carveout than the 228 KB that gproj's main
+// kernel needs at D = 128, so that the SMs are reconfigured between the two (launch.cu, v3.40; the body is the same).
+template <int D, bool kApart = false>
 __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
   constexpr int kWords = D / 2 + 1, kChunks = D / 8;
   __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];

@@ -137,8 +137,8 @@ def measure(variant, shape, device, reps, warmup, trace_dir=None):
     o = gproj.attention(q, k, v, causal=causal, variant=variant)
     grad = lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)  # noqa: E731
     with torch.no_grad():
-        o2, o_fp32, lse = _C.forward(q, k, v, causal, None, variant, None)
-    op = lambda: _C.backward(dout, q, k, v, o2, o_fp32, lse, causal, None, variant, None, None)  # noqa: E731
+        o2, o_fp32, lse, basis = _C.forward(q, k, v, causal, None, variant, None, None, True)  # (as the op does)
+    op = lambda: _C.backward(dout, q, k, v, o2, o_fp32, lse, basis, causal, None, variant, None, None)  # noqa: E731
     row = grad_row(variant, grad, shape, device, reps, warmup, trace_dir)
     kernels = kernel_times(grad, device)
     busy_ms = 1e3 * sum(kernels.values()) / 1e6

@@ -10,33 +10,44 @@ from ._validate import check_attention_args
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
              variant: str, fwdfix_max_shift: Optional[float] = None, projection: Optional[str] = None,
-             dk_compensation_rank: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             dk_compensation_rank: Optional[int] = None,
+             basis: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or (0,) when the backward does not read it,
-    lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16. projection is only checked here and
-    dk_compensation_rank only carried (the backward uses both)."""
+    lse (B, H, Nq) FP32, basis (n,) FP32 or (0,)) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
+    dk_compensation_rank is only carried (the backward uses it). basis: on CUDA, K's basis for gproj's
+    thresh-lowrank projection is formed beside the forward kernel and handed to the backward, which then skips
+    its own basis pre-passes (the same gradients, a faster backward; docs/gproj-forward-basis.md); n is
+    _C.basis_numel(B, Hkv, D, variant, projection), 0 where it does not apply."""
     check_attention_args(q, k, v, softmax_scale, variant, projection)
-    return _C.forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift)
+    return _C.forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, basis)
+
+
+def _basis_shape(q, k, variant, projection, basis):
+    if not basis or q.device.type != "cuda":
+        return (0,)
+    return (_C.basis_numel(k.shape[0], k.shape[2], k.shape[3], variant, projection),)
 
 
 def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,
-                  dk_compensation_rank=None):
+                  dk_compensation_rank=None, basis=False):
     check_attention_args(q, k, v, softmax_scale, variant, projection)
     B, Nq, H, D = q.shape
     o_fp32_shape = (B, Nq, H, D) if _C.needs_o_fp32(variant) else (0,)
     return (q.new_empty((B, Nq, H, D)), q.new_empty(o_fp32_shape, dtype=torch.float32),
-            q.new_empty((B, H, Nq), dtype=torch.float32))
+            q.new_empty((B, H, Nq), dtype=torch.float32),
+            q.new_empty(_basis_shape(q, k, variant, projection, basis), dtype=torch.float32))
 
 
 def _backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-              o_fp32: torch.Tensor, lse: torch.Tensor, causal: bool, softmax_scale: Optional[float],
-              variant: str, projection: Optional[str] = None,
+              o_fp32: torch.Tensor, lse: torch.Tensor, basis: torch.Tensor, causal: bool,
+              softmax_scale: Optional[float], variant: str, projection: Optional[str] = None,
               dk_compensation_rank: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what _forward returned."""
-    return _C.backward(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant, projection,
+    return _C.backward(dout, q, k, v, o, o_fp32, lse, basis, causal, softmax_scale, variant, projection,
                        dk_compensation_rank)
 
 
-def _backward_fake(dout, q, k, v, o, o_fp32, lse, causal, softmax_scale, variant, projection=None,
+def _backward_fake(dout, q, k, v, o, o_fp32, lse, basis, causal, softmax_scale, variant, projection=None,
                    dk_compensation_rank=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
@@ -45,15 +56,15 @@ def _save(ctx, inputs, outputs) -> None:
     q, k, v, causal, softmax_scale, variant = inputs[:6]  # fwdfix_max_shift acts in the forward only
     projection = inputs[7] if len(inputs) > 7 else None
     dk_compensation_rank = inputs[8] if len(inputs) > 8 else None
-    o, o_fp32, lse = outputs
-    ctx.save_for_backward(q, k, v, o, o_fp32, lse)
+    o, o_fp32, lse, basis = outputs
+    ctx.save_for_backward(q, k, v, o, o_fp32, lse, basis)
     ctx.args = (causal, softmax_scale, variant, projection, dk_compensation_rank)
 
 
 def _grads(ctx, dout, backward_op):
-    q, k, v, o, o_fp32, lse = ctx.saved_tensors
-    dq, dk, dv = backward_op(dout, q, k, v, o, o_fp32, lse, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None
+    q, k, v, o, o_fp32, lse, basis = ctx.saved_tensors
+    dq, dk, dv = backward_op(dout, q, k, v, o, o_fp32, lse, basis, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 class _AttentionFunction(torch.autograd.Function):
@@ -61,11 +72,11 @@ class _AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,
-                dk_compensation_rank=None):
-        o, o_fp32, lse = _forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection)
+                dk_compensation_rank=None, basis=False):
+        outputs = _forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, None, basis)
         _save(ctx, (q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, dk_compensation_rank),
-              (o, o_fp32, lse))
-        return o
+              outputs)
+        return outputs[0]
 
     @staticmethod
     def backward(ctx, dout):
@@ -82,10 +93,11 @@ if HAS_CUSTOM_OP:
 
     def _setup_context(ctx, inputs, output):
         _save(ctx, inputs, output)
-        ctx.mark_non_differentiable(output[1], output[2])
+        ctx.mark_non_differentiable(output[1], output[2], output[3])
 
-    attention_forward.register_autograd(lambda ctx, dout, _d_o_fp32, _d_lse: _grads(ctx, dout, attention_backward),
-                                        setup_context=_setup_context)
+    attention_forward.register_autograd(
+        lambda ctx, dout, _d_o_fp32, _d_lse, _d_basis: _grads(ctx, dout, attention_backward),
+        setup_context=_setup_context)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -110,9 +122,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     scale = None if softmax_scale is None else float(softmax_scale)
     shift = None if fwdfix_max_shift is None else float(fwdfix_max_shift)
     rank = None if dk_compensation_rank is None else int(dk_compensation_rank)
+    # K's basis from the forward only where a backward will follow (docs/gproj-forward-basis.md)
+    basis = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if HAS_CUSTOM_OP and _needs_custom_op(q):
-        return attention_forward(q, k, v, bool(causal), scale, variant, shift, projection, rank)[0]
-    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection, rank)
+        return attention_forward(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis)[0]
+    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis)
 
 
 def _needs_custom_op(q: torch.Tensor) -> bool:

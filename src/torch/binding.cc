@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include <climits>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -29,6 +30,7 @@ using gproj::Error;
 using gproj::ErrorCode;
 using gproj::FlashParams;
 using Tensors3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensors4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 static_assert(sizeof(bf16) == sizeof(at::BFloat16) && alignof(bf16) == alignof(at::BFloat16),
               "gproj::bf16 must share at::BFloat16's layout for the views below");
@@ -130,23 +132,60 @@ void check(const gproj::cuda::Status& s) {
   if (!s.ok) throw Error(s.code, "gproj CUDA: " + s.message);  // the code picks the Python exception type
 }
 
-Tensors3 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashParams& p) {
-  require_cuda();
-  const c10::cuda::CUDAGuard guard(q.device());
-  const gproj::cuda::Problem pr = problem_of(q, k, v, p);
-  at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
-  at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
-  at::Tensor o_fp32 = needs_o_fp32(p) ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
-  check(gproj::cuda::forward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
-                             device_tensor(lse), device_tensor(o_fp32), at::cuda::getCurrentCUDAStream().stream()));
-  return {o, o_fp32, lse};
+// Whether the 16-byte rows of `t` start on 16-byte boundaries (what the kernels' vector and TMA loads need).
+bool rows_aligned16(const at::Tensor& t) {
+  bool ok = reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
+  for (int64_t i = 0; i + 1 < t.dim(); ++i) ok = ok && (t.stride(i) * t.element_size()) % 16 == 0;
+  return ok;
 }
 
-Tensors3 cuda_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const at::Tensor& o, const at::Tensor& o_fp32, const at::Tensor& lse, const FlashParams& p) {
+// Elements of K's basis that the CUDA forward forms for the backward (Problem::forward_basis, v3.39): B Hkv D 8
+// floats where it applies (variant gproj, projection thresh-lowrank, D 64 or 128), else 0. From the shapes and
+// names alone, so that the fake implementation gives the same shape.
+int64_t basis_numel(int64_t B, int64_t Hkv, int64_t D, const FlashParams& p) {
+  gproj::cuda::Problem pr;
+  pr.B = B, pr.Nq = 1, pr.Nk = 1, pr.H = Hkv, pr.Hkv = Hkv, pr.D = static_cast<int>(D);
+  pr.params = p;
+  return static_cast<int64_t>(gproj::cuda::forward_basis_bytes(pr) / sizeof(float));
+}
+
+// basis: form K's basis beside the forward kernel and return it (empty where it does not apply). Where k's rows
+// are not 16-byte aligned it is not formed; the backward then forms it itself (the same test on the same k).
+Tensors4 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashParams& p,
+                      bool basis) {
   require_cuda();
   const c10::cuda::CUDAGuard guard(q.device());
   gproj::cuda::Problem pr = problem_of(q, k, v, p);
+  at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
+  at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
+  at::Tensor o_fp32 = needs_o_fp32(p) ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
+  const int64_t n = basis ? basis_numel(pr.B, pr.Hkv, pr.D, p) : 0;
+  at::Tensor u = n > 0 ? at::empty({n}, lse.options()) : empty_fp32(q);
+  at::Tensor gram;  // the Gram partials, needed only until the side stream's work joins the caller's stream
+  if (n > 0 && rows_aligned16(k)) {
+    gram = at::empty({static_cast<int64_t>(gproj::cuda::forward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
+    pr.forward_basis = u.data_ptr();
+    pr.forward_workspace = gram.data_ptr();
+  }
+  check(gproj::cuda::forward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
+                             device_tensor(lse), device_tensor(o_fp32), at::cuda::getCurrentCUDAStream().stream()));
+  return {o, o_fp32, lse, u};
+}
+
+Tensors3 cuda_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& o, const at::Tensor& o_fp32, const at::Tensor& lse, const at::Tensor& basis,
+                       const FlashParams& p) {
+  require_cuda();
+  const c10::cuda::CUDAGuard guard(q.device());
+  gproj::cuda::Problem pr = problem_of(q, k, v, p);
+  if (basis.numel() > 0) {  // K's basis from the forward (cuda_forward formed it where k's rows are aligned)
+    const int64_t n = basis_numel(pr.B, pr.Hkv, pr.D, p);
+    if (basis.numel() != n) {
+      throw Error(ErrorCode::kShape, "basis has " + std::to_string(basis.numel()) + " elements but this problem's "
+                                     "forward forms " + std::to_string(n) + "; pass what forward() returned");
+    }
+    if (rows_aligned16(k)) pr.forward_basis = const_cast<void*>(basis.const_data_ptr());
+  }
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
@@ -175,14 +214,16 @@ const char kWithoutCuda[] =
     "gproj was built without CUDA kernels: move the tensors to the CPU, or rebuild with GPROJ_CUDA=1 "
     "(docs/pytorch.md)";
 
-Tensors3 cuda_forward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const FlashParams&) {
+Tensors4 cuda_forward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const FlashParams&, bool) {
   throw std::runtime_error(kWithoutCuda);
 }
 
 Tensors3 cuda_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                       const at::Tensor&, const at::Tensor&, const FlashParams&) {
+                       const at::Tensor&, const at::Tensor&, const at::Tensor&, const FlashParams&) {
   throw std::runtime_error(kWithoutCuda);
 }
+
+int64_t basis_numel(int64_t, int64_t, int64_t, const FlashParams&) { return 0; }
 
 std::tuple<bool, std::string> cuda_status() { return {false, kWithoutCuda}; }
 
@@ -195,17 +236,19 @@ void require_cpu(const at::Device& device) {
 }
 
 // (o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or empty when the variant's backward does not need it,
-// lse (B, H, Nq) FP32) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
-Tensors3 forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, bool causal,
+// lse (B, H, Nq) FP32, basis: K's basis for the backward, FP32, empty unless `basis` asked for it on CUDA where it
+// applies (basis_numel)) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
+Tensors4 forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, bool causal,
                  std::optional<double> softmax_scale, const std::string& variant,
-                 std::optional<double> fwdfix_max_shift) {
-  FlashParams p = params_of(causal, softmax_scale, variant);
+                 std::optional<double> fwdfix_max_shift, const std::optional<std::string>& projection,
+                 bool basis) {
+  FlashParams p = params_of(causal, softmax_scale, variant, projection);
   if (fwdfix_max_shift) p.fwdfix_max_shift = static_cast<float>(*fwdfix_max_shift);  // checked with the scale
   const at::Device device = q_in.device();
   const at::Tensor q = prepare<bf16>("q", q_in, device);
   const at::Tensor k = prepare<bf16>("k", k_in, device);
   const at::Tensor v = prepare<bf16>("v", v_in, device);
-  if (device.is_cuda()) return cuda_forward(q, k, v, p);
+  if (device.is_cuda()) return cuda_forward(q, k, v, p, basis);
   require_cpu(device);
   gproj::ForwardResult r;
   {
@@ -213,12 +256,13 @@ Tensors3 forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tenso
     r = gproj::flash_forward_cpu(view_of<bf16>(q), view_of<bf16>(k), view_of<bf16>(v), p);
   }
   at::Tensor o_fp32 = needs_o_fp32(p) ? adopt(std::move(r.o_fp32)) : empty_fp32(q);
-  return {adopt(std::move(r.o)), o_fp32, adopt(std::move(r.lse))};
+  return {adopt(std::move(r.o)), o_fp32, adopt(std::move(r.lse)), empty_fp32(q)};  // (the CPU forms no basis)
 }
 
 // (dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what forward() returned.
 Tensors3 backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                  const at::Tensor& o_in, const at::Tensor& o_fp32_in, const at::Tensor& lse_in, bool causal,
+                  const at::Tensor& o_in, const at::Tensor& o_fp32_in, const at::Tensor& lse_in,
+                  const at::Tensor& basis_in, bool causal,
                   std::optional<double> softmax_scale, const std::string& variant,
                   const std::optional<std::string>& projection, std::optional<int64_t> dk_compensation_rank) {
   FlashParams p = params_of(causal, softmax_scale, variant, projection);
@@ -237,8 +281,12 @@ Tensors3 backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::T
   const at::Tensor o_fp32 = prepare<float>("o_fp32", o_fp32_in, device);
   const at::Tensor lse = prepare<float>("lse", lse_in, device);
   const at::Tensor dout = prepare<bf16>("do", dout_in, device);
-  if (device.is_cuda()) return cuda_backward(dout, q, k, v, o, o_fp32, lse, p);
+  const at::Tensor basis = prepare<float>("basis", basis_in, device);
+  if (device.is_cuda()) return cuda_backward(dout, q, k, v, o, o_fp32, lse, basis, p);
   require_cpu(device);
+  if (basis.numel() > 0) {
+    throw Error(ErrorCode::kInvalidArgument, "basis is for the CUDA backward; a CPU forward returns it empty");
+  }
   gproj::BackwardResult r;
   {
     const pybind11::gil_scoped_release no_gil;
@@ -275,11 +323,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       PyErr_SetString(python_exception(err.code()), err.what());
     }
   });
-  m.def("forward", &forward, "o, o_fp32 (empty unless the variant's backward needs it), lse", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("softmax_scale"), py::arg("variant"),
-        py::arg("fwdfix_max_shift") = py::none());
+  m.def("forward", &forward,
+        "o, o_fp32 (empty unless the variant's backward needs it), lse, basis (empty unless asked for on CUDA)",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("softmax_scale"), py::arg("variant"),
+        py::arg("fwdfix_max_shift") = py::none(), py::arg("projection") = py::none(), py::arg("basis") = false);
   m.def("backward", &backward, "dq, dk, dv", py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"),
-        py::arg("o"), py::arg("o_fp32"), py::arg("lse"), py::arg("causal"), py::arg("softmax_scale"),
+        py::arg("o"), py::arg("o_fp32"), py::arg("lse"), py::arg("basis"), py::arg("causal"),
+        py::arg("softmax_scale"),
         py::arg("variant"), py::arg("projection") = py::none(), py::arg("dk_compensation_rank") = py::none());
   m.def(
       "projections",
@@ -300,6 +350,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "needs_o_fp32", [](const std::string& variant) { return needs_o_fp32(params_of(false, std::nullopt, variant)); },
       "whether the variant's backward reads the forward's FP32 O", py::arg("variant"));
+  m.def(
+      "basis_numel",
+      [](int64_t B, int64_t Hkv, int64_t D, const std::string& variant, const std::optional<std::string>& projection) {
+        return basis_numel(B, Hkv, D, params_of(false, std::nullopt, variant, projection));
+      },
+      "elements of K's basis that the CUDA forward returns for these shapes when asked (0 where it does not apply "
+      "or without CUDA kernels)",
+      py::arg("B"), py::arg("Hkv"), py::arg("D"), py::arg("variant"), py::arg("projection") = py::none());
   m.def("supports_head_dim", &gproj::cpu_supports_head_dim, "whether the kernels accept head dimension D",
         py::arg("D"));
   m.def("cuda_status", &cuda_status, "(available, why not)");

@@ -176,9 +176,28 @@ def test_eager_calls_take_the_autograd_function():
 def test_o_fp32_is_saved_only_when_the_backward_reads_it():
     q, k, v, _ = make_inputs(1, 8, 8, 2, 2, 16, seed=3)
     for variant in gproj.VARIANTS:
-        o, o_fp32, lse = gproj._C.forward(q, k, v, False, None, variant)
+        o, o_fp32, lse, basis = gproj._C.forward(q, k, v, False, None, variant)
         assert o.shape == q.shape and lse.shape == (1, 2, 8) and lse.dtype == torch.float32
         assert o_fp32.shape == (q.shape if variant == "fp32" else (0,)), variant
+        assert basis.shape == (0,), variant  # (not asked for)
+
+
+def test_the_cpu_forward_forms_no_basis_and_its_backward_takes_none():
+    q, k, v, do = make_inputs(1, 8, 8, 2, 2, 64, seed=4)
+    o, o_fp32, lse, basis = gproj._C.forward(q, k, v, False, None, "gproj", None, None, True)
+    assert basis.shape == (0,) and basis.dtype == torch.float32
+    with pytest.raises(ValueError, match="basis is for the CUDA backward"):
+        gproj._C.backward(do, q, k, v, o, o_fp32, lse, torch.zeros(2 * 64 * 8), False, None, "gproj")
+
+
+def test_basis_numel_names_where_the_forward_forms_the_basis():
+    # B Hkv D 8 floats for gproj's default projection at D = 64 or 128 where the CUDA kernels are built, else 0.
+    n = 2 * 3 * 128 * 8 if CUDA_KERNELS else 0
+    assert gproj._C.basis_numel(2, 3, 128, "gproj") == n
+    assert gproj._C.basis_numel(2, 3, 128, "gproj", "thresh-lowrank") == n
+    assert gproj._C.basis_numel(2, 3, 128, "gproj", "pweighted") == 0
+    assert gproj._C.basis_numel(2, 3, 128, "baseline") == 0
+    assert gproj._C.basis_numel(2, 3, 32, "gproj") == 0
 
 
 @needs_custom_op
@@ -187,8 +206,10 @@ def test_meta_tensors_get_shapes_from_the_fake_implementation():
     k = torch.empty(2, 9, 2, 64, dtype=torch.bfloat16, device="meta")
     o = gproj.attention(q, k, k, causal=True)
     assert o.device.type == "meta" and o.shape == q.shape and o.dtype == torch.bfloat16
-    o, o_fp32, lse = ops.attention_forward(q, k, k, False, None, "fp32")
-    assert o_fp32.shape == q.shape and lse.shape == (2, 4, 7)
+    o, o_fp32, lse, basis = ops.attention_forward(q, k, k, False, None, "fp32")
+    assert o_fp32.shape == q.shape and lse.shape == (2, 4, 7) and basis.shape == (0,)
+    *_, basis = ops.attention_forward(q, k, k, False, None, "gproj", None, None, None, True)
+    assert basis.shape == (0,)  # (meta tensors are not CUDA tensors: no basis)
 
 
 @needs_custom_op
@@ -343,6 +364,33 @@ def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(varian
             err = errors({f: out[f].cpu() for f in FIELDS}, ref)
             for f in FIELDS:
                 assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+
+
+@pytest.mark.cuda
+@needs_cuda_device
+@needs_cuda_kernels
+def test_cuda_forward_forms_k_basis_for_the_backward():
+    # With a backward to follow, gproj's CUDA forward forms K's basis beside its kernel (docs/gproj-forward-basis.md):
+    # B Hkv D 8 floats, the same bits on every call (the pre-passes have no atomics), 8 orthonormal columns per
+    # kv head; the gradients from it stay within the derived tolerance.
+    for case in ("gqa_causal", "nq_lt_nk_full_d128"):
+        (q, k, v, do, causal, scale), ref, tol = case_data(case)
+        q, k, v, do = (t.cuda() for t in (q, k, v, do))
+        B, _, Hkv, D = k.shape
+        args = (q, k, v, causal, scale, "gproj", None, None, None, True)
+        *_, u = ops.attention_forward(*args)
+        *_, u2 = ops._forward(*args)
+        assert u.shape == (B * Hkv * D * 8,) == (gproj._C.basis_numel(B, Hkv, D, "gproj"),), case
+        assert torch.equal(u, u2), case
+        u = u.view(B * Hkv, D, 8).double()
+        gram = u.transpose(1, 2) @ u
+        assert torch.allclose(gram, torch.eye(8, dtype=torch.float64, device=gram.device).expand_as(gram),
+                              atol=1e-4), case
+        torch.library.opcheck(ops.attention_forward, args)
+        out = run_gproj("gproj", q, k, v, do, causal, scale)  # (requires grad: the basis from the forward)
+        err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+        for f in FIELDS:
+            assert err[f] <= tol[f], f"{case} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
 
 
 @pytest.mark.cuda

@@ -501,6 +501,27 @@ struct DeviceScratch {
   }
 };
 
+// One BF16 output of two runs that should agree: bit for bit (a zero's sign aside), or, where it comes from FP32
+// atomics whose order varies (`atomics`), each element within one BF16 unit of the other (2^-7 of it), so that
+// the difference's norm is at most 2^-7 of the output's.
+void expect_same_output(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, bool atomics,
+                        const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  if (atomics) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double x = bf16::from_bits(a[i]).to_float(), y = bf16::from_bits(b[i]).to_float();
+      diff += (x - y) * (x - y), norm += x * x;
+    }
+    EXPECT_GT(norm, 0.0) << what;
+    EXPECT_LE(std::sqrt(diff), std::ldexp(std::sqrt(norm), -7)) << what;
+    return;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i] == b[i] || ((a[i] | b[i]) & 0x7fffu) == 0) << what << " element " << i;
+  }
+}
+
 // v3.34: with one query head per kv head and 16-byte aligned dK, dV, the wgmma main kernel stores them itself
 // (baseline: no dK/dV postprocess; gproj: dV, its dK still through dKacc). dK, dV only 8-byte aligned take the FP32
 // accumulators and the postprocess, as before v3.34. Both must give the same bits (a zero's sign aside), at D = 64
@@ -615,25 +636,10 @@ TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
                         cudaSuccess);
             }
           }
-          // dK, dV: the same bits, a zero's sign aside. dQ and gproj's dK come from FP32 atomics, whose order
-          // varies: each element may round to a neighbour, at most one BF16 unit (2^-7 of it), so the difference's
-          // norm is at most 2^-7 of the tensor's.
+          // dK, dV: the same bits. dQ and gproj's dK come from FP32 atomics, whose order varies.
           for (int t = 0; t < 3; ++t) {
             const char* name = t == 0 ? " dQ" : t == 1 ? " dK" : " dV";
-            if (t == 0 || (t == 1 && var == Variant::kGproj)) {
-              double diff = 0.0, norm = 0.0;
-              for (size_t i = 0; i < out[0][t].size(); ++i) {
-                const double a = bf16::from_bits(out[0][t][i]).to_float(), b = bf16::from_bits(out[1][t][i]).to_float();
-                diff += (a - b) * (a - b), norm += a * a;
-              }
-              EXPECT_GT(norm, 0.0) << what << name;
-              EXPECT_LE(std::sqrt(diff), std::ldexp(std::sqrt(norm), -7)) << what << name;
-              continue;
-            }
-            for (size_t i = 0; i < out[0][t].size(); ++i) {
-              const uint16_t a = out[0][t][i], b = out[1][t][i];
-              ASSERT_TRUE(a == b || ((a | b) & 0x7fffu) == 0) << what << name << " element " << i;
-            }
+            expect_same_output(out[0][t], out[1][t], t == 0 || (t == 1 && var == Variant::kGproj), what + name);
           }
         }
       }
@@ -782,22 +788,9 @@ TEST(Cuda, ForwardBasisGivesTheBackwardsGradients) {
             ASSERT_EQ(cudaMemcpy(h.data(), src, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
           }
         }
-        for (int t = 0; t < 4; ++t) {
+        for (int t = 0; t < 4; ++t) {  // O and dV the same bits; dQ and dK come from FP32 atomics
           const char* name = t == 0 ? " O" : t == 1 ? " dQ" : t == 2 ? " dK" : " dV";
-          if (t == 1 || t == 2) {
-            double diff = 0.0, norm = 0.0;
-            for (size_t i = 0; i < out[0][t].size(); ++i) {
-              const double a = bf16::from_bits(out[0][t][i]).to_float(), b = bf16::from_bits(out[1][t][i]).to_float();
-              diff += (a - b) * (a - b), norm += a * a;
-            }
-            EXPECT_GT(norm, 0.0) << what << name;
-            EXPECT_LE(std::sqrt(diff), std::ldexp(std::sqrt(norm), -7)) << what << name;
-            continue;
-          }
-          for (size_t i = 0; i < out[0][t].size(); ++i) {
-            const uint16_t a = out[0][t][i], b = out[1][t][i];
-            ASSERT_TRUE(a == b || ((a | b) & 0x7fffu) == 0) << what << name << " element " << i;
-          }
+          expect_same_output(out[0][t], out[1][t], t == 1 || t == 2, what + name);
         }
       }
     }

@@ -64,6 +64,10 @@ struct FlashParams {
                                        // only r_i; docs/gproj-forward-stats.md). CUDA: where
                                        // cuda::forward_stats_apply (v2.2 forward, v3.1 / v3.2 backward), else
                                        // the backward's own. false: from the backward's bf16(P)
+  bool basis_from_forward = false;     // Projection::kThreshLowRank, CUDA: K's basis U formed by the forward (as
+                                       // the PyTorch op does: cuda::Problem::forward_basis, beside the forward
+                                       // kernel; docs/gproj-forward-basis.md) where cuda::forward_basis_apply, else
+                                       // the backward's own. The same U either way; the CPU has one form
   int dk_compensation_rank = 0;        // Variant::kGproj (experimental, off by default): dK gets back the BF16
                                        // rounding error of dS through the top-r eigenvectors of Q^T Q,
                                        // dK_j += sum_i bf16(dS_ij - bf16(dS_ij)) bf16(Q_i U) U^T

@@ -65,6 +65,7 @@ int run_check(const CheckOptions& o, std::FILE* out) {
     if (!o.projection.empty()) p.projection = parse_projection(o.projection);
     p.dk_compensation_rank = o.dk_compensation_rank;
     p.forward_stats = o.forward_stats;
+    p.basis_from_forward = o.basis_from_forward;
     variants.push_back(p);
   }
   if (variants.empty()) throw Error(ErrorCode::kInvalidArgument, "--variants lists no variant");

@@ -14,6 +14,7 @@ struct RunOptions {
   std::string projection;      // GProj's projection for the gproj variant; empty: the default
   int dk_compensation_rank = 0;  // FlashParams::dk_compensation_rank (gproj variant, CPU)
   bool forward_stats = false;  // FlashParams::forward_stats (thresh-lowrank: --stats-from forward|backward)
+  bool basis_from_forward = false;  // FlashParams::basis_from_forward (thresh-lowrank: --basis-from forward|backward)
 };
 
 // Writes o, lse, dq, dk, dv as F32 (exactly the values the variant produced) and provenance metadata.

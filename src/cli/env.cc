@@ -56,6 +56,7 @@ nlohmann::json variant_params_json(const FlashParams& p) {
     if (q == Projection::kThreshLowRank) {
       j["thresh_k"] = p.thresh_k;
       j["stats_from"] = p.forward_stats ? "forward" : "backward";
+      j["basis_from"] = p.basis_from_forward ? "forward" : "backward";
     }
     if (p.dk_compensation_rank != 0) j["dk_compensation_rank"] = p.dk_compensation_rank;
     if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) {

@@ -21,6 +21,15 @@ void add_stats_from(CLI::App* cmd, bool& forward_stats) {
          "forward's (forward: CUDA forward v2.3 and backward v3.9; docs/gproj-forward-stats.md)")
       ->check(CLI::IsMember({"forward", "backward"}));
 }
+// --basis-from forward|backward: where thresh-lowrank's basis of K is formed on CUDA (FlashParams::basis_from_forward).
+void add_basis_from(CLI::App* cmd, bool& from_forward) {
+  cmd->add_option_function<std::string>(
+         "--basis-from", [&from_forward](const std::string& v) { from_forward = v == "forward"; },
+         "thresh-lowrank on CUDA: K's basis formed by the backward (backward, the default) or beside the forward "
+         "kernel and handed to the backward, as the PyTorch op does (forward; docs/gproj-forward-basis.md). The "
+         "same basis either way; the CPU has one form")
+      ->check(CLI::IsMember({"forward", "backward"}));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +60,7 @@ int main(int argc, char** argv) {
                         "of Q (0: off)")
       ->check(CLI::Range(0, 256));
   add_stats_from(check_cmd, check.forward_stats);
+  add_basis_from(check_cmd, check.basis_from_forward);
   check_cmd->add_flag("--quiet", check.quiet, "no progress on stderr");
 
   gproj::cli::RunOptions run;
@@ -67,6 +77,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 256));
 
   add_stats_from(run_cmd, run.forward_stats);
+  add_basis_from(run_cmd, run.basis_from_forward);
 
   bool list = false;
   std::string write_dir, data_dir;

@@ -167,11 +167,26 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
                                        dense4(bv.get(), v.shape), dense4(fo.get(), o.shape), fl, none, nullptr));
     p.forward_stats = stats.get();
   }
+  // --basis-from forward: K's basis from a forward of the same inputs (its O and LSE discarded), as the PyTorch op
+  // forms it (docs/gproj-forward-basis.md); where it does not apply the backward forms its own.
+  const bool basis = params.basis_from_forward && forward_basis_apply(p);
+  DeviceBuffer ubuf(basis ? forward_basis_bytes(p) : 1), uws(basis ? forward_workspace_bytes(p) : 1),
+      uo(basis ? o.numel() * 2 : 1), ulse(basis ? lse.numel() * 4 : 1);
+  if (basis) {
+    Problem fp = p;
+    fp.forward_basis = ubuf.get();
+    fp.forward_workspace = uws.get();
+    DeviceTensor fl, none;
+    fl.data = ulse.get();
+    fwd_kernels = check_status(forward(fp, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape),
+                                       dense4(bv.get(), v.shape), dense4(uo.get(), o.shape), fl, none, nullptr));
+    p.forward_basis = ubuf.get();
+  }
   r.kernels = check_status(backward(p, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape), dense4(bv.get(), v.shape),
                         dense4(bo.get(), o.shape), tof, tl, dense4(bdo.get(), dout.shape), dense4(bdq.get(), q.shape),
                         dense4(bdk.get(), k.shape), dense4(bdv.get(), v.shape), ws.get(), nullptr));
   check_cuda(cudaDeviceSynchronize(), "backward");
-  if (!fwd_kernels.empty()) r.kernels += "; statistics by " + fwd_kernels;
+  if (!fwd_kernels.empty()) r.kernels += std::string(basis ? "; basis by " : "; statistics by ") + fwd_kernels;
   bdq.download(r.dq.values);
   bdk.download(r.dk.values);
   bdv.download(r.dv.values);

@@ -85,6 +85,7 @@ TEST(Check, JsonRecordsProvenance) {
   EXPECT_EQ(env.at("cuda").at("available"), false);
   EXPECT_EQ(env.at("variants").at("gproj").at("projection"), "thresh-lowrank");
   EXPECT_EQ(env.at("variants").at("gproj").at("stats_from"), "backward");
+  EXPECT_EQ(env.at("variants").at("gproj").at("basis_from"), "backward");
   EXPECT_EQ(env.at("variants").at("gproj").at("basis_key_stride"), 4);
   EXPECT_EQ(env.at("variants").at("fwdfix").at("fwdfix_beta"), 2.0);
   EXPECT_EQ(env.at("variants").at("baseline").at("block_q"), 64);
@@ -111,6 +112,10 @@ TEST(Check, ExitCodesOfTheBinary) {
   EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --stats-from forward "
                       "--fail-above dq=0.005 --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --stats-from middle --quiet" + data), 2);
+  EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --basis-from forward "
+                      "--fail-above dq=0.005 --quiet" + data), 0);
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --basis-from nowhere --quiet" + data),
+            2);
   EXPECT_EQ(exit_code("check --suite stress --cases no-such-case --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --device cuda --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --state " + (dir / "missing.safetensors").string()), 2);

@@ -152,35 +152,24 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
   DeviceTensor tl, tof;
   tl.data = blse.get();
   tof.data = need_ofp32 ? bof.get() : nullptr;
-  // gproj with thresh-lowrank: the statistics come from a forward of the same inputs (its O and LSE are discarded;
-  // the backward uses the given ones), as they do in training (docs/gproj-forward-stats.md).
+  // gproj with thresh-lowrank: what a forward of the same inputs hands the backward in training (its O and LSE are
+  // discarded; the backward uses the given ones): the statistics with --stats-from forward
+  // (docs/gproj-forward-stats.md), else K's basis with --basis-from forward, the PyTorch op's path
+  // (docs/gproj-forward-basis.md). Where neither applies the backward forms its own.
+  const bool stats = forward_stats_apply(p), basis = !stats && params.basis_from_forward && forward_basis_apply(p);
+  DeviceBuffer handed(stats ? forward_stats_bytes(p) : basis ? forward_basis_bytes(p) : 1),
+      fws(stats || basis ? forward_workspace_bytes(p) : 1), fo(stats || basis ? o.numel() * 2 : 1),
+      flse(stats || basis ? lse.numel() * 4 : 1);
   std::string fwd_kernels;
-  DeviceBuffer stats(forward_stats_bytes(p)), fws(forward_workspace_bytes(p)),
-      fo(forward_stats_apply(p) ? o.numel() * 2 : 1), flse(forward_stats_apply(p) ? lse.numel() * 4 : 1);
-  if (forward_stats_apply(p)) {
+  if (stats || basis) {
     Problem fp = p;
-    fp.forward_stats = stats.get();
+    (stats ? fp.forward_stats : fp.forward_basis) = handed.get();
     fp.forward_workspace = fws.get();
     DeviceTensor fl, none;
     fl.data = flse.get();
     fwd_kernels = check_status(forward(fp, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape),
                                        dense4(bv.get(), v.shape), dense4(fo.get(), o.shape), fl, none, nullptr));
-    p.forward_stats = stats.get();
-  }
-  // --basis-from forward: K's basis from a forward of the same inputs (its O and LSE discarded), as the PyTorch op
-  // forms it (docs/gproj-forward-basis.md); where it does not apply the backward forms its own.
-  const bool basis = params.basis_from_forward && forward_basis_apply(p);
-  DeviceBuffer ubuf(basis ? forward_basis_bytes(p) : 1), uws(basis ? forward_workspace_bytes(p) : 1),
-      uo(basis ? o.numel() * 2 : 1), ulse(basis ? lse.numel() * 4 : 1);
-  if (basis) {
-    Problem fp = p;
-    fp.forward_basis = ubuf.get();
-    fp.forward_workspace = uws.get();
-    DeviceTensor fl, none;
-    fl.data = ulse.get();
-    fwd_kernels = check_status(forward(fp, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape),
-                                       dense4(bv.get(), v.shape), dense4(uo.get(), o.shape), fl, none, nullptr));
-    p.forward_basis = ubuf.get();
+    (stats ? p.forward_stats : p.forward_basis) = handed.get();
   }
   r.kernels = check_status(backward(p, dense4(bq.get(), q.shape), dense4(bk.get(), k.shape), dense4(bv.get(), v.shape),
                         dense4(bo.get(), o.shape), tof, tl, dense4(bdo.get(), dout.shape), dense4(bdq.get(), q.shape),

@@ -23,9 +23,12 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, so
 
 
 def _basis_shape(q, k, variant, projection, basis):
+    """The basis's shape as _forward returns it: B Hkv D 8 floats on CUDA where it applies. B and Hkv may be
+    symbolic under torch.compile (dynamic shapes), so only D (a head dim: static) reaches the binding."""
     if not basis or q.device.type != "cuda":
         return (0,)
-    return (_C.basis_numel(k.shape[0], k.shape[2], k.shape[3], variant, projection),)
+    per_head = _C.basis_numel(1, 1, int(k.shape[3]), variant, projection)
+    return (k.shape[0] * k.shape[2] * per_head,) if per_head else (0,)
 
 
 def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,

@@ -76,7 +76,8 @@ class _AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,
                 dk_compensation_rank=None, basis=False):
-        outputs = _forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, None, basis)
+        outputs = _forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, dk_compensation_rank,
+                           basis)
         _save(ctx, (q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, dk_compensation_rank),
               outputs)
         return outputs[0]

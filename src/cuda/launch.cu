@@ -120,11 +120,15 @@ Status launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const 
   return launch_args(kernel, grid, threads, smem, stream, what, k);
 }
 
+}  // namespace
+
 // The v1 kernels copy 16-byte chunks of each row: data and the B, N, H strides must keep rows 16-byte aligned.
 bool rows_aligned(const DeviceTensor& t) {
   return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride[0] % 8 == 0 && t.stride[1] % 8 == 0 &&
          t.stride[2] % 8 == 0;
 }
+
+namespace {
 
 // ---- v1: tensor cores ----
 constexpr int kFwdWarps = 8;  // 128 query rows per CTA (perf-notes: v1 vs v1.1)

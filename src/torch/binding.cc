@@ -3,7 +3,6 @@
 #include <torch/extension.h>
 
 #include <climits>
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -132,13 +131,6 @@ void check(const gproj::cuda::Status& s) {
   if (!s.ok) throw Error(s.code, "gproj CUDA: " + s.message);  // the code picks the Python exception type
 }
 
-// Whether the 16-byte rows of `t` start on 16-byte boundaries (what the kernels' vector and TMA loads need).
-bool rows_aligned16(const at::Tensor& t) {
-  bool ok = reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
-  for (int64_t i = 0; i + 1 < t.dim(); ++i) ok = ok && (t.stride(i) * t.element_size()) % 16 == 0;
-  return ok;
-}
-
 // Elements of K's basis that the CUDA forward forms for the backward (Problem::forward_basis, v3.39): B Hkv D 8
 // floats where it applies (variant gproj, projection thresh-lowrank, D 64 or 128), else 0. From the shapes and
 // names alone, so that the fake implementation gives the same shape.
@@ -162,7 +154,7 @@ Tensors4 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   const int64_t n = basis ? basis_numel(pr.B, pr.Hkv, pr.D, p) : 0;
   at::Tensor u = n > 0 ? at::empty({n}, lse.options()) : empty_fp32(q);
   at::Tensor gram;  // the Gram partials, needed only until the side stream's work joins the caller's stream
-  if (n > 0 && rows_aligned16(k)) {
+  if (n > 0 && gproj::cuda::rows_aligned(device_tensor(k))) {
     gram = at::empty({static_cast<int64_t>(gproj::cuda::forward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
     pr.forward_basis = u.data_ptr();
     pr.forward_workspace = gram.data_ptr();
@@ -184,7 +176,7 @@ Tensors3 cuda_backward(const at::Tensor& dout, const at::Tensor& q, const at::Te
       throw Error(ErrorCode::kShape, "basis has " + std::to_string(basis.numel()) + " elements but this problem's "
                                      "forward forms " + std::to_string(n) + "; pass what forward() returned");
     }
-    if (rows_aligned16(k)) pr.forward_basis = const_cast<void*>(basis.const_data_ptr());
+    if (gproj::cuda::rows_aligned(device_tensor(k))) pr.forward_basis = const_cast<void*>(basis.const_data_ptr());
   }
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());

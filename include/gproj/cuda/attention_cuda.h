@@ -75,6 +75,9 @@ size_t forward_workspace_bytes(const Problem& p);
 // k's rows must also be 16-byte aligned. forward_basis_bytes(p): B Hkv D 8 floats where it applies, else 0.
 bool forward_basis_apply(const Problem& p);
 size_t forward_basis_bytes(const Problem& p);
+// Whether the rows of a BF16 tensor start on 16-byte boundaries (its data and B, N, H strides), as forward_basis,
+// forward_stats and the v1+ kernels need.
+bool rows_aligned(const DeviceTensor& t);
 
 // Bytes of scratch memory backward() needs for this problem (FP32 accumulators, row statistics), whatever the
 // tensors: the most any backward of it needs.

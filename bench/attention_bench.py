@@ -1,5 +1,6 @@
 # Side-by-side attention benchmark (GUIDE §5): forward and backward TFLOP/s of gproj's variants and of torch's
-# SDPA backends on the same inputs in the same run, plus GProj's backward overhead. Run on the GPU machine;
+# SDPA backends on the same inputs in the same run, plus GProj's overhead and issue 4's speed bar (a table after
+# the rows; `--summary REPORT` prints it again from a saved report). Run on the GPU machine;
 # `--smoke` runs tiny shapes on the CPU (gproj's emulator against SDPA's math backend) to test the harness.
 import argparse
 import datetime
@@ -102,10 +103,80 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0):
             rows[-1]["bwd_peak_mib"] = peak
     by = {r["impl"]: r for r in rows if "error" not in r}
     if "gproj-baseline" in by:
+        base = by["gproj-baseline"]
         for r in rows:
             if r["impl"] in ("gproj-gproj", "gproj-pweighted") and r["impl"] in by:
-                r["gproj_bwd_overhead"] = by[r["impl"]]["bwd_ms"] / by["gproj-baseline"]["bwd_ms"] - 1
+                r["gproj_bwd_overhead"] = r["bwd_ms"] / base["bwd_ms"] - 1
+                # what a training step pays: the forward (fwdfix's tie rule, K's basis) and the backward together
+                r["gproj_step_overhead"] = (r["fwd_ms"] + r["bwd_ms"]) / (base["fwd_ms"] + base["bwd_ms"]) - 1
     return rows
+
+
+# Issue 4's speed bar: at D = 128 and N >= 4k, causal and not, gproj's backward overhead over baseline's at most 3%
+# and gproj at least as fast as SDPA's FLASH_ATTENTION forward and backward.
+BAR_D, BAR_MIN_N, BAR_OVERHEAD = 128, 4096, 0.03
+
+
+def bar_rows(results):
+    """One row per (D, N, causal) with gproj-gproj and gproj-baseline results: the overheads, gproj's speed-up over
+    SDPA flash (its time / gproj's; None where flash did not run) and, for the shapes the bar covers, whether each
+    part of the bar holds."""
+    groups = {}
+    for r in results:
+        if "error" not in r:
+            groups.setdefault((r["D"], r["N"], r["causal"]), {})[r["impl"]] = r
+    rows = []
+    for (D, N, causal), by in sorted(groups.items()):
+        g, base, flash = by.get("gproj-gproj"), by.get("gproj-baseline"), by.get("sdpa-flash_attention")
+        if g is None or base is None:
+            continue
+        row = {"D": D, "N": N, "causal": causal,
+               "bwd_overhead": g["bwd_ms"] / base["bwd_ms"] - 1,
+               "step_overhead": (g["fwd_ms"] + g["bwd_ms"]) / (base["fwd_ms"] + base["bwd_ms"]) - 1,
+               "fwd_speedup_vs_flash": flash["fwd_ms"] / g["fwd_ms"] if flash else None,
+               "bwd_speedup_vs_flash": flash["bwd_ms"] / g["bwd_ms"] if flash else None,
+               "covered": D == BAR_D and N >= BAR_MIN_N}
+        if row["covered"]:
+            row["overhead_ok"] = row["bwd_overhead"] <= BAR_OVERHEAD
+            row["flash_ok"] = flash is not None and g["fwd_ms"] <= flash["fwd_ms"] and g["bwd_ms"] <= flash["bwd_ms"]
+        rows.append(row)
+    return rows
+
+
+def bar_verdict(rows):
+    """One line: whether the bar holds on the shapes it covers that this report has, and the worst overhead."""
+    covered = [r for r in rows if r["covered"]]
+    if not covered:
+        return f"bar: no shape with D = {BAR_D} and N >= {BAR_MIN_N} in this report"
+    worst = max(covered, key=lambda r: r["bwd_overhead"])
+    parts = [f"backward overhead <= {BAR_OVERHEAD:.0%}: "
+             + ("met" if all(r["overhead_ok"] for r in covered) else
+                f"NOT met (worst {worst['bwd_overhead']:+.1%} at N = {worst['N']}"
+                f"{', causal' if worst['causal'] else ''})"),
+             "at least as fast as SDPA flash both ways: "
+             + ("met" if all(r["flash_ok"] for r in covered) else "NOT met")]
+    return f"bar ({len(covered)} shapes with D = {BAR_D}, N >= {BAR_MIN_N}): " + "; ".join(parts)
+
+
+def print_bar_table(results, file=sys.stdout):
+    rows = bar_rows(results)
+    if not rows:
+        return
+    print(f"\nGProj overhead (gproj-gproj over gproj-baseline) and speed-up over SDPA flash (flash time / gproj time)",
+          file=file)
+    print(f"{'D':>4} {'N':>6} {'causal':>6} {'bwd overhead':>12} {'fwd+bwd overhead':>16} {'fwd vs flash':>12} "
+          f"{'bwd vs flash':>12}  bar", file=file)
+    for r in rows:
+        fx = f"{r['fwd_speedup_vs_flash']:.2f}x" if r["fwd_speedup_vs_flash"] is not None else "-"
+        bx = f"{r['bwd_speedup_vs_flash']:.2f}x" if r["bwd_speedup_vs_flash"] is not None else "-"
+        if not r["covered"]:
+            mark = "-"
+        else:
+            misses = [m for m, ok in (("overhead", r["overhead_ok"]), ("flash", r["flash_ok"])) if not ok]
+            mark = "met" if not misses else "not met: " + ", ".join(misses)
+        print(f"{r['D']:>4} {r['N']:>6} {str(r['causal']):>6} {r['bwd_overhead']:>+12.1%} "
+              f"{r['step_overhead']:>+16.1%} {fx:>12} {bx:>12}  {mark}", file=file)
+    print(bar_verdict(rows), file=file)
 
 
 def environment(device, argv):
@@ -135,7 +206,17 @@ def main(argv):
     ap.add_argument("--q-scale", type=float, default=1.0,
                     help="multiply q (sharper softmax rows; 4 matches trained attention's ~3.5 entries >= 1/16 a row)")
     ap.add_argument("--out", default=None, help="JSON report (default bench/results/attention_<date>.json)")
+    ap.add_argument("--summary", metavar="REPORT", default=None,
+                    help="print the overhead table and the issue's bar for a saved JSON report; runs nothing")
     args = ap.parse_args(argv[1:])
+    if args.summary is not None:
+        try:
+            with open(args.summary) as f:
+                results = json.load(f)["results"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"attention_bench: cannot read the report {args.summary}: {e}")
+        print_bar_table(results)
+        return
     if not (0.0 < args.q_scale <= 64.0):
         ap.error("--q-scale must be in (0, 64]")
     device = "cpu" if args.smoke else "cuda"
@@ -160,6 +241,8 @@ def main(argv):
                         peak = f"{r['bwd_peak_mib']:>12.0f}" if "bwd_peak_mib" in r else f"{'-':>12}"
                         print(f"{r['impl']:<24} {N:>6} {D:>4} {str(causal):>6} {r['fwd_tflops']:>9.2f} "
                               f"{r['bwd_tflops']:>9.2f} {peak}", flush=True)
+    print_bar_table(report["results"])
+    report["bar"] = bar_rows(report["results"])
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"attention_{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}.json")
     tmp = f"{out}.tmp.{os.getpid()}"

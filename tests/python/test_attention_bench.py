@@ -17,6 +17,10 @@ def test_smoke_run_writes_a_report(tmp_path):
         assert "error" not in r, r
         assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0
     assert {r["impl"] for r in report["results"] if "gproj_bwd_overhead" in r} == {"gproj-gproj", "gproj-pweighted"}
+    assert {r["impl"] for r in report["results"] if "gproj_step_overhead" in r} == {"gproj-gproj", "gproj-pweighted"}
+    # the smoke shape (D = 64, N = 128) is outside the bar's shapes: a summary row each way, neither covered
+    assert [(b["D"], b["N"], b["causal"]) for b in report["bar"]] == [(64, 128, False), (64, 128, True)]
+    assert not any(b["covered"] for b in report["bar"])
 
 
 def test_q_scale_is_recorded_and_checked(tmp_path):
@@ -32,3 +36,58 @@ def test_q_scale_is_recorded_and_checked(tmp_path):
     else:
         raise AssertionError("--q-scale 0 was accepted")
     assert not (tmp_path / "bad.json").exists()
+
+
+def _rows(D, N, causal, base, gp, flash=None):
+    """Synthetic results of one shape: (fwd_ms, bwd_ms) per implementation."""
+    out = [{"impl": "gproj-baseline", "fwd_ms": base[0], "bwd_ms": base[1]},
+           {"impl": "gproj-gproj", "fwd_ms": gp[0], "bwd_ms": gp[1]}]
+    if flash:
+        out.append({"impl": "sdpa-flash_attention", "fwd_ms": flash[0], "bwd_ms": flash[1]})
+    for r in out:
+        r.update(D=D, N=N, causal=causal)
+    return out
+
+
+def test_bar_rows_compute_the_overheads_and_the_issue_bar():
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
+    results = (_rows(128, 4096, False, (1.0, 2.0), (1.1, 2.04), (1.2, 3.0))      # +2% bwd, faster than flash
+               + _rows(128, 8192, True, (1.0, 2.0), (1.0, 2.5), (1.2, 3.0))      # +25% bwd
+               + _rows(128, 1024, False, (1.0, 2.0), (1.0, 4.0), (0.5, 1.0))     # outside the bar (N < 4k)
+               + [{"impl": "gproj-gproj", "error": "unsupported", "D": 64, "N": 4096, "causal": False}])
+    rows = bench.bar_rows(results)
+    assert [(r["D"], r["N"], r["causal"]) for r in rows] == [(128, 1024, False), (128, 4096, False), (128, 8192, True)]
+    r = rows[1]
+    assert abs(r["bwd_overhead"] - 0.02) < 1e-12
+    assert abs(r["step_overhead"] - (3.14 / 3.0 - 1)) < 1e-12
+    assert abs(r["fwd_speedup_vs_flash"] - 1.2 / 1.1) < 1e-12 and abs(r["bwd_speedup_vs_flash"] - 3.0 / 2.04) < 1e-12
+    assert r["covered"] and r["overhead_ok"] and r["flash_ok"]
+    assert rows[2]["covered"] and not rows[2]["overhead_ok"] and rows[2]["flash_ok"]
+    assert not rows[0]["covered"] and "overhead_ok" not in rows[0]
+    verdict = bench.bar_verdict(rows)
+    assert "2 shapes" in verdict and "NOT met (worst +25.0% at N = 8192, causal)" in verdict
+    assert verdict.endswith("at least as fast as SDPA flash both ways: met")
+    # only the covered shape that holds: met; none covered: said so
+    assert "backward overhead <= 3%: met" in bench.bar_verdict(rows[:2])
+    assert "no shape" in bench.bar_verdict(rows[:1])
+    # without flash rows the flash part cannot hold
+    no_flash = bench.bar_rows(_rows(128, 4096, False, (1.0, 2.0), (1.0, 2.0)))
+    assert no_flash[0]["fwd_speedup_vs_flash"] is None and not no_flash[0]["flash_ok"]
+
+
+def test_summary_prints_the_table_of_a_saved_report(tmp_path, capsys):
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
+    rep = tmp_path / "r.json"
+    rep.write_text(json.dumps({"results": _rows(128, 4096, True, (1.0, 2.0), (1.0, 2.2), (1.5, 3.0))}))
+    bench.main(["attention_bench.py", "--summary", str(rep)])
+    out = capsys.readouterr().out
+    assert "+10.0%" in out and "not met: overhead" in out and "NOT met (worst +10.0% at N = 4096, causal)" in out
+    for bad, text in ((tmp_path / "missing.json", None), (tmp_path / "trunc.json", '{"results": [')):
+        if text is not None:
+            bad.write_text(text)
+        try:
+            bench.main(["attention_bench.py", "--summary", str(bad)])
+        except SystemExit as e:
+            assert "cannot read the report" in str(e.code)
+        else:
+            raise AssertionError(f"{bad.name} was accepted")

@@ -147,7 +147,7 @@ if [ -z "${SKIP_PYTHON:-}" ] && grep -q "^rc=0" "$out/python_build.rc" 2>/dev/nu
   note "attention_bench.py side by side with SDPA: rc=$? in $(( $(date +%s) - t0 )) s"
   cat "$out/attention_bench.txt"
   # issue 4's speed bar, as the benchmark's table judged it (its last line)
-  verdict=$(grep -E '^bar ' "$out/attention_bench.txt" 2>/dev/null | tail -1)
+  verdict=$(grep -E '^bar[ :]' "$out/attention_bench.txt" 2>/dev/null | tail -1)
   [ -z "$verdict" ] || note "$verdict"
   t0=$(date +%s)
   [ -n "${SKIP_PY_BENCH:-}" ] || PYTHONPATH=python timeout 100 python3 bench/attention_bench.py --reps 10 --warmup 3 --dims 128 \

@@ -103,13 +103,17 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0):
             rows[-1]["bwd_peak_mib"] = peak
     by = {r["impl"]: r for r in rows if "error" not in r}
     if "gproj-baseline" in by:
-        base = by["gproj-baseline"]
         for r in rows:
             if r["impl"] in ("gproj-gproj", "gproj-pweighted") and r["impl"] in by:
-                r["gproj_bwd_overhead"] = r["bwd_ms"] / base["bwd_ms"] - 1
-                # what a training step pays: the forward (fwdfix's tie rule, K's basis) and the backward together
-                r["gproj_step_overhead"] = (r["fwd_ms"] + r["bwd_ms"]) / (base["fwd_ms"] + base["bwd_ms"]) - 1
+                r["gproj_bwd_overhead"], r["gproj_step_overhead"] = overheads(r, by["gproj-baseline"])
     return rows
+
+
+def overheads(g, base):
+    """GProj's overhead over baseline: of the backward (issue 4's measure) and of forward plus backward (what a
+    training step pays: gproj's forward carries fwdfix's tie rule and K's basis)."""
+    return (g["bwd_ms"] / base["bwd_ms"] - 1,
+            (g["fwd_ms"] + g["bwd_ms"]) / (base["fwd_ms"] + base["bwd_ms"]) - 1)
 
 
 # Issue 4's speed bar: at D = 128 and N >= 4k, causal and not, gproj's backward overhead over baseline's at most 3%
@@ -130,9 +134,8 @@ def bar_rows(results):
         g, base, flash = by.get("gproj-gproj"), by.get("gproj-baseline"), by.get("sdpa-flash_attention")
         if g is None or base is None:
             continue
-        row = {"D": D, "N": N, "causal": causal,
-               "bwd_overhead": g["bwd_ms"] / base["bwd_ms"] - 1,
-               "step_overhead": (g["fwd_ms"] + g["bwd_ms"]) / (base["fwd_ms"] + base["bwd_ms"]) - 1,
+        bwd_overhead, step_overhead = overheads(g, base)
+        row = {"D": D, "N": N, "causal": causal, "bwd_overhead": bwd_overhead, "step_overhead": step_overhead,
                "fwd_speedup_vs_flash": flash["fwd_ms"] / g["fwd_ms"] if flash else None,
                "bwd_speedup_vs_flash": flash["bwd_ms"] / g["bwd_ms"] if flash else None,
                "covered": D == BAR_D and N >= BAR_MIN_N}
@@ -158,11 +161,11 @@ def bar_verdict(rows):
     return f"bar ({len(covered)} shapes with D = {BAR_D}, N >= {BAR_MIN_N}): " + "; ".join(parts)
 
 
-def print_bar_table(results, file=sys.stdout):
-    rows = bar_rows(results)
+def print_bar_table(rows, file=sys.stdout):
+    """bar_rows' rows as a table, then bar_verdict's line (nothing without rows)."""
     if not rows:
         return
-    print(f"\nGProj overhead (gproj-gproj over gproj-baseline) and speed-up over SDPA flash (flash time / gproj time)",
+    print("\nGProj overhead (gproj-gproj over gproj-baseline) and speed-up over SDPA flash (flash time / gproj time)",
           file=file)
     print(f"{'D':>4} {'N':>6} {'causal':>6} {'bwd overhead':>12} {'fwd+bwd overhead':>16} {'fwd vs flash':>12} "
           f"{'bwd vs flash':>12}  bar", file=file)
@@ -215,7 +218,7 @@ def main(argv):
                 results = json.load(f)["results"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             sys.exit(f"attention_bench: cannot read the report {args.summary}: {e}")
-        print_bar_table(results)
+        print_bar_table(bar_rows(results))
         return
     if not (0.0 < args.q_scale <= 64.0):
         ap.error("--q-scale must be in (0, 64]")
@@ -241,8 +244,8 @@ def main(argv):
                         peak = f"{r['bwd_peak_mib']:>12.0f}" if "bwd_peak_mib" in r else f"{'-':>12}"
                         print(f"{r['impl']:<24} {N:>6} {D:>4} {str(causal):>6} {r['fwd_tflops']:>9.2f} "
                               f"{r['bwd_tflops']:>9.2f} {peak}", flush=True)
-    print_bar_table(report["results"])
     report["bar"] = bar_rows(report["results"])
+    print_bar_table(report["bar"])
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"attention_{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}.json")
     tmp = f"{out}.tmp.{os.getpid()}"

@@ -2,7 +2,7 @@
 # Session 34 run 1 (H200): two candidates on one branch and the record probe.
 #   .pb_both (branch s34-both: forward v2.9, Q held in registers so that S = Q K^T reads only K from shared
 #            memory; backward v3.41, the statistics record by one 16-byte atomic per lane): its GPU tests,
-#            compute-sanitizer memcheck / racecheck / synccheck on the small cases and the forward's q97 ones, the
+#            compute-sanitizer memcheck / synccheck on the small cases and the forward's q97 ones, the
 #            audit with the bars; then forward / backward rows against main's (.pb_main, bbfb048's kernels).
 #            The two changes touch different kernels: the forward rows measure v2.9, the backward rows v3.41.
 #   .pb_rec  (branch probe/record 55b0da6, bench only): GPROJ_PROBE_SKIP_RECORD=1 skips the record's atomics at
@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$out/en
 mkdir -p /tmp/both /tmp/rec && tar xJf .pb_both/pack.tar.xz -C /tmp/both && tar xJf .pb_rec/bench.tar.xz -C /tmp/rec
 timeout 150 /tmp/both/bin/cuda_tests >"$out/cuda_tests_both.log" 2>&1
 echo "cuda_tests both ($(cat .pb_both/COMMIT)): rc=$? $(python3 scripts/gtest_triage.py "$out/cuda_tests_both.log") at $(( $(date +%s) - t0 )) s"
-run_sanitizers "$out" /tmp/both/bin/cuda_tests "$small_cases:*WgmmaForward*q97*" memcheck racecheck synccheck
+run_sanitizers "$out" /tmp/both/bin/cuda_tests "$small_cases:*WgmmaForward*q97*" memcheck synccheck
 echo "sanitizers at $(( $(date +%s) - t0 )) s"
 timeout 90 /tmp/both/bin/gproj check --suite stress --device all --quiet --json "$out/check_both.json" \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check_both.txt" 2>&1
@@ -40,7 +40,7 @@ BENCHES=".pb_main .pb_both" SHAPES="128:4096:0 128:4096:1 128:8192:0 64:4096:0" 
 echo "rows done at $(( $(date +%s) - t0 )) s"
 grep -vE '^#' "$out"/ab/ab.txt | sort -k2,2n -k3,3n -k4,4 -k9,9 -k1,1 -k11,11 | awk '{print $1,$2,$3,$4,$5,$6,$9,$10,$11}'
 # The forward kernel's limits (shared-memory and tensor pipes, stalls) of both builds, if time is left
-if [ $(( $(date +%s) - t0 )) -lt 430 ]; then
+if [ $(( $(date +%s) - t0 )) -lt 380 ]; then
   BENCHES=".pb_main .pb_both" SHAPES="128:4096:0" INPUTS="gaussian" ROUNDS=0 NCU_LIMITS=1 NCU_ONLY=baseline \
     NCU_KERNEL=flash_fwd_wg OUT="$out/ncu" timeout 120 bash scripts/device_bench_ab.sh > "$out/ncu.log" 2>&1
   echo "ncu done at $(( $(date +%s) - t0 )) s (rc=$?)"

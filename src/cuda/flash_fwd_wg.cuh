@@ -138,8 +138,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   auto& kus = reinterpret_cast<float(&)[4]>(oacc[kNB * 32]);
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
   float s[32];
+  // v2.9: this warp's 16 rows of Q as wgmma A fragments (the m16k16 layout of mma.sync), loaded once from sQ
+  // after it has landed, so that S = Q K^T reads only K from shared memory: with both operands there (m64n64k16,
+  // 4 KB per k-step) the S product alone asked as many bytes of shared memory per clock as the tensor cores could
+  // use (docs/perf-notes.md, session 34). D = 128: 32 registers.
+  uint32_t qf[kNB * 4][4];
+  const auto load_q_frags = [&]() {
+#pragma unroll
+    for (int kb = 0; kb < kNB; ++kb)
+#pragma unroll
+      for (int kin = 0; kin < 4; ++kin)
+        ldsm_x4(qf[kb * 4 + kin], smem_u32(sQ + kb * BQ * 64 + swz<64>(r0 + (lane & 15), kin * 2 + (lane >> 4))));
+  };
   // S = Q K^T of key block jb (stage jb % kWgStages) for this warpgroup's 64 rows: issued, not waited for.
-  const uint64_t q_desc0 = wg_desc_kmajor(sQ + wg * 64 * 64);
   const auto issue_s = [&](int jb) {
     const bf16_t* kt = sK + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * BK * D;  // warp-uniform stage
     const uint64_t k_desc0 = wg_desc_kmajor(kt);
@@ -148,10 +159,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
-        const uint64_t da = wg_desc_advance(q_desc0, kb * BQ * 64 + kin * 16);
         const uint64_t db = wg_desc_advance(k_desc0, kb * BK * 64 + kin * 16);
-        if (kb + kin == 0) wgmma_ss_n64_first(s, da, db);
-        else wgmma_ss_n64<0>(s, da, db, 1);
+        if (kb + kin == 0) wgmma_rs_n64_first(s, qf[0], db);
+        else wgmma_rs_n64<0>(s, qf[kb * 4 + kin], db, 1);
       }
     wg_commit();
   };
@@ -165,6 +175,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       fence_async_smem();
       __syncthreads();
     }
+    load_q_frags();
     issue_s(0);
     wg_wait0();
     fence_regs(s);

@@ -1,6 +1,7 @@
 // CUDA forward v2 (experimental, FlashParams::cuda_wgmma_forward): Hopper wgmma instead of mma.sync. Two
 // warpgroups per CTA, 64 query rows each (128 per CTA); key blocks of 64 (fwdfix's block, as the CPU emulator's)
-// in a 3-stage cp.async ring of 128B-swizzled shared memory. S = Q K^T: wgmma from shared memory, both K-major.
+// in a 3-stage cp.async ring of 128B-swizzled shared memory. S = Q K^T: wgmma, K K-major from shared memory (Q as
+// register A fragments since v2.9; both from shared memory before).
 // O += bf16(P) V: P from the S accumulators as register A fragments (F4), V MN-major. v2.1 overlaps the softmax
 // with the tensor cores inside each warpgroup: S of block j + 1 and P V of block j are issued back to back, the
 // softmax of block j + 1 runs while P V of block j is in flight (same operations in the same order as v2.0, so

@@ -24,15 +24,12 @@ constexpr size_t fwd_tc_smem_bytes() {
 // S = scale * dot exactly), applies fwdfix's tie rule, updates m and l (the FP32 P), and returns bf16(P) as the
 // A fragments of the PV product (F4) and the factors the caller rescales its O accumulators by. kPackP = false:
 // the FP32 P is left in s instead (pf untouched), for a caller that packs it later (pack_p).
-template <bool kTieFix, bool kPackP = true>
+template <bool kTieFix, bool kPackP = true, bool kTree = false>
 __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[32], bool need_mask, int j0, int tq,
                                               int lim_a, int lim_b, float& m_a, float& m_b, float& l_a, float& l_b,
                                               float& alpha_a, float& alpha_b, uint32_t (&pf)[4][4]) {
-  // Row max and, for fwdfix, the second largest value (with multiplicity) of each row. v2.11: as trees over the
-  // thread's 8 n-tiles, not chains (the max and the top two are the same values in any order): the forward is
-  // bound by its warps' dependent instructions (ncu, session 35: ~2.2 cycles of `wait` stall per instruction with
-  // two warps per scheduler), and the chains through rm and sec were 8 and 24 instructions deep. The top-two merge
-  // of (a1 >= a2) and (b1 >= b2) is (max(a1, b1), max(min(a1, b1), max(a2, b2))); a pair's own is (max, min).
+  // Row max and, for fwdfix, the second largest value (with multiplicity) of each row.
+  float rm_a = neg_inf(), rm_b = neg_inf(), sec_a = neg_inf(), sec_b = neg_inf();
   if (need_mask) {
 #pragma unroll
     for (int n = 0; n < 8; ++n)
@@ -42,28 +39,49 @@ __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[
         if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
       }
   }
-  float t1a[8], t1b[8], t2a[8], t2b[8];  // the top two of each n-tile's pair, rows a and b
+  if constexpr (kTree) {
+    // v2.11 (the wgmma forward at D = 128): trees over the thread's 8 n-tiles. The forward is bound by its warps'
+    // dependent instructions (ncu, session 35: ~2.2 cycles of `wait` stall per instruction, two warps per
+    // scheduler), and the chains below are 8 (max) and 24 (top two) instructions deep per row; the trees are 4
+    // and 10, for 16 more live registers. The max and the top two are the same values in any order. The top-two
+    // merge of (a1 >= a2) and (b1 >= b2) is (max(a1, b1), max(min(a1, b1), max(a2, b2))); a pair's is (max, min).
+    float t1a[8], t1b[8], t2a[8], t2b[8];  // the top two of each n-tile's pair, rows a and b
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    t1a[n] = fmaxf(s[4 * n], s[4 * n + 1]);
-    t1b[n] = fmaxf(s[4 * n + 2], s[4 * n + 3]);
-    if (kTieFix) {
-      t2a[n] = fminf(s[4 * n], s[4 * n + 1]);
-      t2b[n] = fminf(s[4 * n + 2], s[4 * n + 3]);
+    for (int n = 0; n < 8; ++n) {
+      t1a[n] = fmaxf(s[4 * n], s[4 * n + 1]);
+      t1b[n] = fmaxf(s[4 * n + 2], s[4 * n + 3]);
+      if (kTieFix) {
+        t2a[n] = fminf(s[4 * n], s[4 * n + 1]);
+        t2b[n] = fminf(s[4 * n + 2], s[4 * n + 3]);
+      }
+    }
+#pragma unroll
+    for (int w = 1; w < 8; w <<= 1)
+#pragma unroll
+      for (int n = 0; n < 8; n += 2 * w) {
+        if (kTieFix) {
+          t2a[n] = fmaxf(fminf(t1a[n], t1a[n + w]), fmaxf(t2a[n], t2a[n + w]));
+          t2b[n] = fmaxf(fminf(t1b[n], t1b[n + w]), fmaxf(t2b[n], t2b[n + w]));
+        }
+        t1a[n] = fmaxf(t1a[n], t1a[n + w]);
+        t1b[n] = fmaxf(t1b[n], t1b[n + w]);
+      }
+    rm_a = t1a[0], rm_b = t1b[0];
+    if (kTieFix) sec_a = t2a[0], sec_b = t2b[0];
+  } else {
+    // Chains: top-2 merges of pairs (hi, lo) into (m1 >= m2): m2' = max(min(m1, hi), max(m2, lo)), m1' = max(m1,
+    // hi). Fewer live registers: at D = 64 the wgmma forward keeps two CTAs per SM only at <= 128.
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float hi_a = fmaxf(s[4 * n], s[4 * n + 1]), hi_b = fmaxf(s[4 * n + 2], s[4 * n + 3]);
+      if (kTieFix) {
+        sec_a = fmaxf(fminf(rm_a, hi_a), fmaxf(sec_a, fminf(s[4 * n], s[4 * n + 1])));
+        sec_b = fmaxf(fminf(rm_b, hi_b), fmaxf(sec_b, fminf(s[4 * n + 2], s[4 * n + 3])));
+      }
+      rm_a = fmaxf(rm_a, hi_a);
+      rm_b = fmaxf(rm_b, hi_b);
     }
   }
-#pragma unroll
-  for (int w = 1; w < 8; w <<= 1)
-#pragma unroll
-    for (int n = 0; n < 8; n += 2 * w) {
-      if (kTieFix) {
-        t2a[n] = fmaxf(fminf(t1a[n], t1a[n + w]), fmaxf(t2a[n], t2a[n + w]));
-        t2b[n] = fmaxf(fminf(t1b[n], t1b[n + w]), fmaxf(t2b[n], t2b[n + w]));
-      }
-      t1a[n] = fmaxf(t1a[n], t1a[n + w]);
-      t1b[n] = fmaxf(t1b[n], t1b[n + w]);
-    }
-  float rm_a = t1a[0], rm_b = t1b[0], sec_a = kTieFix ? t2a[0] : neg_inf(), sec_b = kTieFix ? t2b[0] : neg_inf();
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
     const float oa = __shfl_xor_sync(0xffffffffu, rm_a, o), ob = __shfl_xor_sync(0xffffffffu, rm_b, o);
@@ -93,15 +111,21 @@ __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[
   m_b = mn_b;
   // exp(S - m) as exp2(dot * scale log2e - m log2e): one FFMA and one MUFU per element.
   const float sl2 = p.scale * kLog2e, ml_a = mu_a * kLog2e, ml_b = mu_b * kLog2e;
-  // The block's row sums as trees too (v2.11; the chain was 16 FADDs deep): another FP32 order of the same sum,
+  // kTree: the block's row sums as trees too (the chain is 16 FADDs deep): another FP32 order of the same sum,
   // which the GPU's l never shared with the CPU emulator's (the quad's partial sums meet only at the end).
   float psa[8], psb[8];
+  float ps_a = 0.0f, ps_b = 0.0f;
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
     const float e0 = fast_exp2(fmaf(s[4 * n], sl2, -ml_a)), e1 = fast_exp2(fmaf(s[4 * n + 1], sl2, -ml_a));
     const float e2 = fast_exp2(fmaf(s[4 * n + 2], sl2, -ml_b)), e3 = fast_exp2(fmaf(s[4 * n + 3], sl2, -ml_b));
-    psa[n] = e0 + e1;
-    psb[n] = e2 + e3;
+    if constexpr (kTree) {
+      psa[n] = e0 + e1;
+      psb[n] = e2 + e3;
+    } else {
+      ps_a += e0 + e1;
+      ps_b += e2 + e3;
+    }
     if (kPackP) {
       pf[n >> 1][(n & 1) * 2] = pack_bf16(e0, e1);
       pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(e2, e3);
@@ -109,15 +133,19 @@ __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[
       s[4 * n] = e0, s[4 * n + 1] = e1, s[4 * n + 2] = e2, s[4 * n + 3] = e3;
     }
   }
+  if constexpr (kTree) {
 #pragma unroll
-  for (int w = 1; w < 8; w <<= 1)
+    for (int w = 1; w < 8; w <<= 1)
 #pragma unroll
-    for (int n = 0; n < 8; n += 2 * w) {
-      psa[n] += psa[n + w];
-      psb[n] += psb[n + w];
-    }
-  l_a = l_a * alpha_a + psa[0];
-  l_b = l_b * alpha_b + psb[0];
+      for (int n = 0; n < 8; n += 2 * w) {
+        psa[n] += psa[n + w];
+        psb[n] += psb[n + w];
+      }
+    ps_a = psa[0];
+    ps_b = psb[0];
+  }
+  l_a = l_a * alpha_a + ps_a;
+  l_b = l_b * alpha_b + ps_b;
 }
 
 // bf16(P) as PV A fragments from the FP32 P that softmax_block<kTieFix, false> left in s (F4).

@@ -60,8 +60,16 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
 // the transpose; docs/design-fwd-stats-pv.md). The epilogue divides by l like O and writes the row's record
 // (p.fwd_stats): P (K U) in columns 0-5 and s_i = sum_j bf16(P)_ij in column kStatS, from the same bf16(P) as
 // O. The backward (v3.9) then forms only r_i (docs/gproj-forward-stats.md).
+// At D = 64 two CTAs share an SM (67 KB of shared memory each) when the kernel needs <= 128 registers, so that
+// each scheduler holds four warps instead of two, and the forward, bound by its warps' dependent instructions
+// (ncu, session 35), runs ~25% faster: v2.10 (203 registers) and v2.11's first form (140 for fwdfix) fell to one
+// CTA per SM and lost 34-35%. The launch bounds make that a build error rather than a silent loss (ptxas then
+// holds 128); the statistics' form (133) stays at one CTA.
+template <int D, bool kStats>
+constexpr int kFwdWgMinBlocks = D == 64 && !kStats ? 2 : 1;
+
 template <int D, bool kTieFix, bool kTma = false, bool kStats = false>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads, kFwdWgMinBlocks<D, kStats>)
     flash_fwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BQ = kWgRows, BK = 64, kNB = D / 64;
@@ -196,9 +204,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     // block: ~60 of the ~400 warp instructions per block, 15% of the stall samples, non-causal N = 4k).
     const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
     if (need_mask) {
-      softmax_block<kTieFix, false>(p, s, true, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+      softmax_block<kTieFix, false, D == 128>(p, s, true, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
     } else {
-      softmax_block<kTieFix, false>(p, s, false, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+      softmax_block<kTieFix, false, D == 128>(p, s, false, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
     }
     wg_wait0();  // P V of block jb - 1: o and pf are free
     // Nothing below may move above the wait: the fences make the packing and the rescale depend on it. (pf is

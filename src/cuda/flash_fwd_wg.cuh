@@ -1,7 +1,7 @@
 // CUDA forward v2 (experimental, FlashParams::cuda_wgmma_forward): Hopper wgmma instead of mma.sync. Two
-// warpgroups per CTA, 64 query rows each (128 per CTA); key blocks of 64 (fwdfix's block, as the CPU emulator's)
-// in a 3-stage cp.async ring of 128B-swizzled shared memory. S = Q K^T: wgmma, K K-major from shared memory (Q as
-// register A fragments since v2.9; both from shared memory before).
+// warpgroups per CTA (v2.12: three at D = 128), 64 query rows each; key blocks of 64 (fwdfix's block, as the CPU
+// emulator's) in a 3-stage cp.async ring of 128B-swizzled shared memory. S = Q K^T: wgmma, K K-major from shared
+// memory (Q as register A fragments since v2.9 with two warpgroups; from shared memory before and with three).
 // O += bf16(P) V: P from the S accumulators as register A fragments (F4), V MN-major. v2.1 overlaps the softmax
 // with the tensor cores inside each warpgroup: S of block j + 1 and P V of block j are issued back to back, the
 // softmax of block j + 1 runs while P V of block j is in flight (same operations in the same order as v2.0, so
@@ -20,7 +20,16 @@
 
 namespace gproj::cuda::detail {
 
-constexpr int kWgRows = 128, kWgThreads = 256, kWgStages = 3;
+constexpr int kWgThreads = 256, kWgStages = 3;  // (kWgThreads: also the backward's CTA)
+
+// v2.12: the forward's query rows per CTA, 64 per warpgroup: three warpgroups at D = 128 (three warps per scheduler
+// instead of two: the forward is bound by its warps' dependent instructions, ncu session 35), two at D = 64 (where
+// two CTAs share an SM instead). With three, the register budget is 168 a thread, so S = Q K^T takes Q from shared
+// memory again (v2.9's 32 registers of Q fragments do not fit).
+template <int D>
+constexpr int kFwdWgRows = D == 128 ? 192 : 128;
+template <int D>
+constexpr int kFwdWgThreads = 2 * kFwdWgRows<D>;
 
 // Bench-only ablation (CMake -DGPROJ_ABLATE, see flash_bwd_wg.cuh): bit 16 drops the statistics' 8 columns of P V
 // (v2.6: P V is then m64n128k16; the records are zero and gproj's gradients wrong), bit 32 the K U blocks' copies
@@ -33,15 +42,15 @@ constexpr bool kFwdAblateStats = (GPROJ_ABLATE & 16) != 0, kFwdAblateTiles = (GP
 template <int D, bool kStats = false>
 constexpr size_t fwd_wg_smem_bytes() {
   // + 1024: tiles realigned to 1024 B; + 64: v2.2's mbarriers; v2.6 (kStats): an 8 KB K U column block per V stage
-  return sizeof(bf16_t) * (kWgRows * D + 2 * kWgStages * 64 * D) + (kStats ? kWgStages * 8192 : 0) + 1024 + 64;
+  return sizeof(bf16_t) * (kFwdWgRows<D> * D + 2 * kWgStages * 64 * D) + (kStats ? kWgStages * 8192 : 0) + 1024 + 64;
 }
 
 // Loads rows [n0, n0 + count) of a strided (B, N, H, D) tensor into a 128B-swizzled [D/64][kRows][64] tile.
-template <int kRows, int D>
+template <int kRows, int D, int kThreads = kWgThreads>
 __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, int b, int n0, int count, int hh) {
   constexpr int kChunks = D / 8;
   const bf16_t* src = static_cast<const bf16_t*>(t.data);
-  for (int x = threadIdx.x; x < kRows * kChunks; x += kWgThreads) {
+  for (int x = threadIdx.x; x < kRows * kChunks; x += kThreads) {
     const int r = x / kChunks, c = x % kChunks;
     const bool in = r < count;
     const bf16_t* s = in ? src + b * t.s0 + static_cast<int64_t>(n0 + r) * t.s1 + hh * t.s2 + c * 8 : src;
@@ -69,10 +78,10 @@ template <int D, bool kStats>
 constexpr int kFwdWgMinBlocks = D == 64 && !kStats ? 2 : 1;
 
 template <int D, bool kTieFix, bool kTma = false, bool kStats = false>
-__global__ void __launch_bounds__(kWgThreads, kFwdWgMinBlocks<D, kStats>)
+__global__ void __launch_bounds__(kFwdWgThreads<D>, kFwdWgMinBlocks<D, kStats>)
     flash_fwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BQ = kWgRows, BK = 64, kNB = D / 64;
+  constexpr int BQ = kFwdWgRows<D>, BK = 64, kNB = D / 64, kThreads = kFwdWgThreads<D>;
   static_assert(!kStats || kTma, "the forward's statistics ride on v2.2's TMA ring");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -99,8 +108,8 @@ __global__ void __launch_bounds__(kWgThreads, kFwdWgMinBlocks<D, kStats>)
   const auto load_kv = [&](int jb) {  // one cp.async group per key block (possibly empty, to keep the count)
     if (jb < nblocks) {
       const int j0 = jb * BK, cnt = min(BK, p.Nk - j0), st = jb % kWgStages;
-      load_sw128_async<BK, D>(sK + st * BK * D, p.k, b, j0, cnt, hk);
-      load_sw128_async<BK, D>(sV + st * kVStage, p.v, b, j0, cnt, hk);
+      load_sw128_async<BK, D, kThreads>(sK + st * BK * D, p.k, b, j0, cnt, hk);
+      load_sw128_async<BK, D, kThreads>(sV + st * kVStage, p.v, b, j0, cnt, hk);
     }
     cp_async_commit();
   };
@@ -119,7 +128,7 @@ __global__ void __launch_bounds__(kWgThreads, kFwdWgMinBlocks<D, kStats>)
     }
   };
   if constexpr (kTma) {
-    init_load_ring(full, empty, kWgStages, kWgThreads / 32, q_full);
+    init_load_ring(full, empty, kWgStages, kThreads / 32, q_full);
     if (threadIdx.x == 0) {
       mbar_arrive_expect_tx(q_full, BQ * D * sizeof(bf16_t));  // whole boxes: rows past Nq arrive as zeros
 #pragma unroll
@@ -130,12 +139,12 @@ __global__ void __launch_bounds__(kWgThreads, kFwdWgMinBlocks<D, kStats>)
       for (int jb = 0; jb < min(2, nblocks); ++jb) tma_kv(jb);
     }
   } else {
-    load_sw128_async<BQ, D>(sQ, p.q, b, i0, rows, h);
+    load_sw128_async<BQ, D, kThreads>(sQ, p.q, b, i0, rows, h);
     load_kv(0);  // group 0: Q, K0, V0
     load_kv(1);
   }
 
-  const int r0 = wg * 64 + w4 * 16;  // this warp's 16 rows inside the CTA's 128
+  const int r0 = wg * 64 + w4 * 16;  // this warp's 16 rows inside the CTA's BQ
   const int row_a = i0 + r0 + g, row_b = row_a + 8;
   const int lim_a = last_visible(p, row_a), lim_b = last_visible(p, row_b);
   const int warp_lim = last_visible(p, i0 + r0);
@@ -150,27 +159,37 @@ __global__ void __launch_bounds__(kWgThreads, kFwdWgMinBlocks<D, kStats>)
   // v2.9: this warp's 16 rows of Q as wgmma A fragments (the m16k16 layout of mma.sync), loaded once from sQ
   // after it has landed, so that S = Q K^T reads only K from shared memory: with both operands there (m64n64k16,
   // 4 KB per k-step) the S product alone asked as many bytes of shared memory per clock as the tensor cores could
-  // use (docs/perf-notes.md, session 34). D = 128: 32 registers.
-  uint32_t qf[kNB * 4][4];
+  // use (docs/perf-notes.md, session 34). D = 128: 32 registers, which v2.12's three warpgroups do not have.
+  constexpr bool kQRegs = kThreads == 256;
+  uint32_t qf[kQRegs ? kNB * 4 : 1][4];
   const auto load_q_frags = [&]() {
+    if constexpr (kQRegs) {
 #pragma unroll
-    for (int kb = 0; kb < kNB; ++kb)
+      for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
-      for (int kin = 0; kin < 4; ++kin)
-        ldsm_x4(qf[kb * 4 + kin], smem_u32(sQ + kb * BQ * 64 + swz<64>(r0 + (lane & 15), kin * 2 + (lane >> 4))));
+        for (int kin = 0; kin < 4; ++kin)
+          ldsm_x4(qf[kb * 4 + kin], smem_u32(sQ + kb * BQ * 64 + swz<64>(r0 + (lane & 15), kin * 2 + (lane >> 4))));
+    }
   };
   // S = Q K^T of key block jb (stage jb % kWgStages) for this warpgroup's 64 rows: issued, not waited for.
   const auto issue_s = [&](int jb) {
     const bf16_t* kt = sK + __shfl_sync(0xffffffffu, jb % kWgStages, 0) * BK * D;  // warp-uniform stage
     const uint64_t k_desc0 = wg_desc_kmajor(kt);
+    [[maybe_unused]] const uint64_t q_desc0 = wg_desc_kmajor(sQ + wg * 64 * 64);  // (Q from shared memory)
     wg_fence();
 #pragma unroll
     for (int kb = 0; kb < kNB; ++kb)
 #pragma unroll
       for (int kin = 0; kin < 4; ++kin) {
         const uint64_t db = wg_desc_advance(k_desc0, kb * BK * 64 + kin * 16);
-        if (kb + kin == 0) wgmma_rs_n64_first(s, qf[0], db);
-        else wgmma_rs_n64<0>(s, qf[kb * 4 + kin], db, 1);
+        if constexpr (kQRegs) {
+          if (kb + kin == 0) wgmma_rs_n64_first(s, qf[0], db);
+          else wgmma_rs_n64<0>(s, qf[kb * 4 + kin], db, 1);
+        } else {
+          const uint64_t da = wg_desc_advance(q_desc0, kb * BQ * 64 + kin * 16);
+          if (kb + kin == 0) wgmma_ss_n64_first(s, da, db);
+          else wgmma_ss_n64<0>(s, da, db, 1);
+        }
       }
     wg_commit();
   };
@@ -203,10 +222,11 @@ __global__ void __launch_bounds__(kWgThreads, kFwdWgMinBlocks<D, kStats>)
     // 8-column tile, each test a branch with its predicates recomputed (BSSY / BRA / BSYNC and ten ISETP per
     // block: ~60 of the ~400 warp instructions per block, 15% of the stall samples, non-causal N = 4k).
     const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
+    constexpr bool kTree = D == 128;  // v2.11
     if (need_mask) {
-      softmax_block<kTieFix, false, D == 128>(p, s, true, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+      softmax_block<kTieFix, false, kTree>(p, s, true, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
     } else {
-      softmax_block<kTieFix, false, D == 128>(p, s, false, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
+      softmax_block<kTieFix, false, kTree>(p, s, false, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
     }
     wg_wait0();  // P V of block jb - 1: o and pf are free
     // Nothing below may move above the wait: the fences make the packing and the rescale depend on it. (pf is

@@ -182,17 +182,17 @@ Status forward_d(const KernelParams& k, cudaStream_t stream) {
 
 template <int D, bool kTie>
 Status forward_wg(const KernelParams& k, int version, const detail::TmaMaps& maps, cudaStream_t stream) {
-  const dim3 grid((k.Nq + detail::kWgRows - 1) / detail::kWgRows, k.H, k.B);
+  const dim3 grid((k.Nq + detail::kFwdWgRows<D> - 1) / detail::kFwdWgRows<D>, k.H, k.B);
   if constexpr (kTie) {  // gproj only (forward() checked the rest): not instantiated for baseline
     if (k.fwd_stats != nullptr) {  // v2.3: v2.2 with thresh-lowrank's row statistics
-      return launch_args(detail::flash_fwd_wg_kernel<D, kTie, true, true>, grid, detail::kWgThreads,
+      return launch_args(detail::flash_fwd_wg_kernel<D, kTie, true, true>, grid, detail::kFwdWgThreads<D>,
                          detail::fwd_wg_smem_bytes<D, true>(), stream, "forward (wgmma, statistics)", k, maps);
     }
   }
   const auto kernel =
       version == 2 ? detail::flash_fwd_wg_kernel<D, kTie, true> : detail::flash_fwd_wg_kernel<D, kTie, false>;
-  return launch_args(kernel, grid, detail::kWgThreads, detail::fwd_wg_smem_bytes<D>(), stream, "forward (wgmma)", k,
-                     maps);
+  return launch_args(kernel, grid, detail::kFwdWgThreads<D>, detail::fwd_wg_smem_bytes<D>(), stream,
+                     "forward (wgmma)", k, maps);
 }
 
 // wgmma: 0 = the v1 kernel, 1 = v2.1, 2 = v2.2 (TMA, `maps`); rows that are not 16-byte aligned and the fp32

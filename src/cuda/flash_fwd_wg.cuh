@@ -69,16 +69,14 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
 // the transpose; docs/design-fwd-stats-pv.md). The epilogue divides by l like O and writes the row's record
 // (p.fwd_stats): P (K U) in columns 0-5 and s_i = sum_j bf16(P)_ij in column kStatS, from the same bf16(P) as
 // O. The backward (v3.9) then forms only r_i (docs/gproj-forward-stats.md).
-// At D = 64 two CTAs share an SM (67 KB of shared memory each) when the kernel needs <= 128 registers, so that
-// each scheduler holds four warps instead of two, and the forward, bound by its warps' dependent instructions
-// (ncu, session 35), runs ~25% faster: v2.10 (203 registers) and v2.11's first form (140 for fwdfix) fell to one
-// CTA per SM and lost 34-35%. The launch bounds make that a build error rather than a silent loss (ptxas then
-// holds 128); the statistics' form (133) stays at one CTA.
-template <int D, bool kStats>
-constexpr int kFwdWgMinBlocks = D == 64 && !kStats ? 2 : 1;
-
+// Registers: at D = 64 two CTAs share an SM (67 KB of shared memory each) only while the kernel needs <= 128
+// registers, and then each scheduler holds four warps instead of two: the forward, bound by its warps' dependent
+// instructions (ncu, session 35), runs ~25% faster so. v2.10 (203 registers) and v2.11's first form (140 for
+// fwdfix) fell to one CTA per SM and lost 34-35% at D = 64; the kernels here need 127 (baseline) and 128 (fwdfix).
+// (Launch bounds asking for two CTAs would hold that, but made ptxas schedule fwdfix's D = 64 step differently;
+// check `-Xptxas -v` after a change instead.)
 template <int D, bool kTieFix, bool kTma = false, bool kStats = false>
-__global__ void __launch_bounds__(kFwdWgThreads<D>, kFwdWgMinBlocks<D, kStats>)
+__global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
     flash_fwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BQ = kFwdWgRows<D>, BK = 64, kNB = D / 64, kThreads = kFwdWgThreads<D>;

@@ -6,7 +6,8 @@
 // with the tensor cores inside each warpgroup: S of block j + 1 and P V of block j are issued back to back, the
 // softmax of block j + 1 runs while P V of block j is in flight (same operations in the same order as v2.0, so
 // the same bits). Register operands of an in-flight wgmma are pinned with fence_regs (wgmma.cuh). The softmax,
-// its rounding points and the epilogue are those of flash_fwd_tc.cuh. No TMA, no warp specialisation yet.
+// its rounding points and the epilogue are those of flash_fwd_tc.cuh. The ring is v2.1's cp.async one; v2.2
+// (kTma, the default) fills it with TMA instead (below). No warp specialisation.
 // Needs sm_90a; exercised by tests/cuda/flash_cuda_test.cc (WgmmaForward*).
 #pragma once
 

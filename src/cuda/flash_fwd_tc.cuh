@@ -30,15 +30,17 @@ __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[
                                               float& alpha_a, float& alpha_b, uint32_t (&pf)[4][4]) {
   // Row max and, for fwdfix, the second largest value (with multiplicity) of each row.
   float rm_a = neg_inf(), rm_b = neg_inf(), sec_a = neg_inf(), sec_b = neg_inf();
+  const auto mask_tile = [&](int n) {  // n-tile n's columns past each row's limit or the keys' end
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = j0 + n * 8 + 2 * tq + (e & 1);
+      if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
+    }
+  };
   if constexpr (kTree) {
     if (need_mask) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j0 + n * 8 + 2 * tq + (e & 1);
-          if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
-        }
+      for (int n = 0; n < 8; ++n) mask_tile(n);
     }
     // v2.11 (the wgmma forward at D = 128): trees over the thread's 8 n-tiles. The forward is bound by its warps'
     // dependent instructions (ncu, session 35: ~2.2 cycles of `wait` stall per instruction, two warps per
@@ -73,13 +75,7 @@ __device__ __forceinline__ void softmax_block(const KernelParams& p, float (&s)[
     // hi). Fewer live registers: at D = 64 the wgmma forward keeps two CTAs per SM only at <= 128.
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      if (need_mask) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j0 + n * 8 + 2 * tq + (e & 1);
-          if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
-        }
-      }
+      if (need_mask) mask_tile(n);
       const float hi_a = fmaxf(s[4 * n], s[4 * n + 1]), hi_b = fmaxf(s[4 * n + 2], s[4 * n + 3]);
       if (kTieFix) {
         sec_a = fmaxf(fminf(rm_a, hi_a), fmaxf(sec_a, fminf(s[4 * n], s[4 * n + 1])));

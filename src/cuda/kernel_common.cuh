@@ -68,6 +68,9 @@ struct KernelParams {
   float* suffix;                     // (B, H, D): the total sum_i rest_i Q_i per head (thresh, not causal)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i
   int* head_done;                    // (B, H) dQ-correction CTAs finished (non-causal: the last one sums `part`)
+  int* main_done;                    // v3.43: (B, H) wgmma main-kernel CTAs finished, or null (thresh_dq then
+                                     // starts after the main kernel, as a plain launch)
+  int main_ctas;                     // v3.43: the main kernel's CTAs per head (gridDim.x)
   // dK compensation (FlashParams::dk_compensation_rank = 8): the same basis for the queries of each query head
   float* gram_q;                     // (B, H, chunks, D, D) Q^T Q, likewise
   float* u_q;                        // (B, H, D, 8) its top-8 eigenvectors
@@ -158,6 +161,34 @@ __device__ __forceinline__ BnhdIndex decode_bnhd(uint32_t idx, int N, int heads,
   x.b = static_cast<int>(rest / N);
   return x;
 }
+
+// v3.43, the tail of the backward's main kernel: its CTAs count themselves done per head (main_kernel_done, each
+// CTA's last act) and thresh_dq's CTAs, launched programmatically (launch.cu) while the main kernel's last wave still
+// runs, wait for their head's count (wait_main_kernel_head) instead of for the whole kernel. Every thread of the
+// main kernel's CTA fences its own writes, lane 0s first the dQ tiles' bulk reduce-adds (async proxy) it waited for,
+// and after the CTA's barrier thread 0 counts: the release that thread 0 of a waiting CTA acquires, then that CTA's
+// barrier orders every later read of dQacc, the records, the lists, K U and dKacc after it.
+__device__ __forceinline__ void main_kernel_done(const KernelParams& p, int64_t bh) {
+  if (p.main_done == nullptr) return;
+  if ((threadIdx.x & 31) == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(p.main_done + bh, 1);
+}
+__device__ __forceinline__ void wait_main_kernel_head(const KernelParams& p, int64_t bh) {
+  if (p.main_done == nullptr) return;
+  if (threadIdx.x == 0) {
+    for (;;) {
+      int done;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(done) : "l"(p.main_done + bh) : "memory");
+      if (done >= p.main_ctas) break;
+      __nanosleep(500);
+    }
+  }
+  __syncthreads();
+}
+// The main kernel lets its programmatic dependents (thresh_dq) be scheduled once every CTA has started.
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 

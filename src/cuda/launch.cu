@@ -120,6 +120,28 @@ Status launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const 
   return launch_args(kernel, grid, threads, smem, stream, what, k);
 }
 
+// v3.43: `kernel` (no dynamic shared memory) as a programmatic dependent of the kernel queued before it on `stream`:
+// it may be scheduled once every CTA of that kernel has run griddepcontrol.launch_dependents, i.e. into the SMs its
+// last wave leaves idle, and must itself wait for what it reads (wait_main_kernel_head). Where the driver refuses
+// the attribute, a plain launch (the kernel then finds every count complete).
+template <class Kernel>
+Status launch_dependent(Kernel kernel, dim3 grid, cudaStream_t stream, const KernelParams& k, const char* what,
+                        int threads) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kernel, k) == cudaSuccess) return last_error(what);
+  cudaGetLastError();
+  return launch(kernel, grid, 0, stream, k, what, threads);
+}
+
 }  // namespace
 
 // The v1 kernels copy 16-byte chunks of each row: data and the B, N, H strides must keep rows 16-byte aligned.
@@ -378,7 +400,8 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 // v3.15's row groups) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
 // head; none otherwise, v1.30)
 // | for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
-// list_count (B H Nq) | pku (B H Nq 8) | head_done (B H, padded to 4 words); then rest (B H Nq) | list_j, list_p
+// list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each, padded to 4 words); then rest (B H Nq) |
+// list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
 // u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: gram_q (B H chunks D D) |
 // u_q (B H D 8) | qu (B H Nq 8 BF16)]
@@ -391,7 +414,7 @@ struct Workspace {
     return list ? thresh_zeroed() + row + 2 * list + part + gram + u + ku + gram_q + u_q + qu : 0;
   }
   size_t words() const { return 3 * row + q + pk + thresh_words() + dk + dv; }
-  size_t thresh_zeroed() const { return row + pku + heads; }  // list_count, pku, head_done
+  size_t thresh_zeroed() const { return row + pku + heads; }  // list_count, pku, head_done, main_done
   size_t bytes() const { return sizeof(float) * words(); }
 };
 
@@ -420,7 +443,7 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
     w.gram = static_cast<size_t>(p.B * p.Hkv * k_gram_chunks(p) * p.D * p.D);
     w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
     w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
-    w.heads = (static_cast<size_t>(p.B * p.H) + 3) / 4 * 4;
+    w.heads = 2 * ((static_cast<size_t>(p.B * p.H) + 3) / 4 * 4);  // head_done, main_done (v3.43)
     if (p.params.dk_compensation_rank != 0) {
       w.gram_q = static_cast<size_t>(p.B * p.H * detail::gram_chunks(static_cast<int>(p.Nq)) * p.D * p.D);
       w.u_q = static_cast<size_t>(p.B * p.H * p.D * detail::kLowRank);
@@ -480,10 +503,15 @@ Status lowrank_prepass(const KernelParams& k, cudaStream_t stream, bool project 
 // lists and P (K U), the dQ postprocess with the corrections, and with causal masking the dK/dV postprocess with the
 // uniform dK part.
 template <int D>
-Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaMaps* v31_maps, cudaStream_t stream) {
+Status backward_thresh(const KernelParams& kp, int wg_version, const detail::TmaMaps* v31_maps,
+                       cudaStream_t stream) {
   constexpr int threads = detail::kPostThreads;
   Status s;
   constexpr int blk = detail::kBwdBlock;
+  // v3.43: behind the wgmma main kernel, thresh_dq is its programmatic dependent and waits per head (main_done).
+  KernelParams k = kp;
+  k.main_ctas = (k.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys;
+  if (v31_maps == nullptr) k.main_done = nullptr;
   if (v31_maps != nullptr) {  // v3.1 (the default where it applies) or v3.2
     s = backward_wgmma<D>(k, wg_version, true, *v31_maps, stream);
   } else {
@@ -496,14 +524,15 @@ Status backward_thresh(const KernelParams& k, int wg_version, const detail::TmaM
   // (the only suffix sum then read).
   const dim3 sgrid((k.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock, k.H, k.B);
   // v1.31: at D = 64 two rows per warp when a row's list fits in half a warp (thresh_k <= 16, the default 16).
-  if constexpr (D == 64) {
-    s = k.list_cap <= 16
-            ? launch(detail::thresh_dq_kernel<D, 16>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads)
-            : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, "thresh-lowrank dQ postprocess", threads);
-  } else {  // dQacc in v3.15's tiles (the v3.2 backward) or row-major
+  const auto launch_dq = [&](auto kernel) {
     const char* what = "thresh-lowrank dQ postprocess";
-    s = k.dq_tiled ? launch(detail::thresh_dq_kernel<D, 32, true>, sgrid, 0, stream, k, what, threads)
-                   : launch(detail::thresh_dq_kernel<D>, sgrid, 0, stream, k, what, threads);
+    return k.main_done != nullptr ? launch_dependent(kernel, sgrid, stream, k, what, threads)
+                                  : launch(kernel, sgrid, 0, stream, k, what, threads);
+  };
+  if constexpr (D == 64) {
+    s = k.list_cap <= 16 ? launch_dq(detail::thresh_dq_kernel<D, 16>) : launch_dq(detail::thresh_dq_kernel<D>);
+  } else {  // dQacc in v3.15's tiles (the v3.2 backward) or row-major
+    s = k.dq_tiled ? launch_dq(detail::thresh_dq_kernel<D, 32, true>) : launch_dq(detail::thresh_dq_kernel<D>);
   }
   if (!s.ok || !k.causal) return s;  // without causal masking the caller's bwd_postprocess_dkv_kernel<true> follows
   // With causal masking the dK/dV postprocess is thresh-lowrank's own: each key block forms its suffix sums.
@@ -898,6 +927,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     kp.list_count = reinterpret_cast<int*>(t);
     kp.pku = t + w.row;
     kp.head_done = reinterpret_cast<int*>(kp.pku + w.pku);
+    kp.main_done = kp.head_done + w.heads / 2;  // (null again below where the main kernel is not v3.1 / v3.2)
     float* r = t + w.thresh_zeroed();  // then the written ones
     kp.rest = r;
     kp.list_j = reinterpret_cast<int*>(r + w.row);

@@ -803,6 +803,8 @@ __global__ void __launch_bounds__(kPostThreads, 3) thresh_dq_kernel(const Kernel
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.z, h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv);
+  // v3.43: this head's main-kernel CTAs are done (null main_done: this kernel started after the main kernel)
+  wait_main_kernel_head(p, static_cast<int64_t>(b) * p.H + h);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   const __nv_bfloat16* ku_head = p.ku + (static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk * kLowRank;  // bf16(K U) of hk
   // U transposed into su, four of a key column's values per thread (v1.42: one 16-byte load each; u's regions start

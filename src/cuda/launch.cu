@@ -508,10 +508,12 @@ Status backward_thresh(const KernelParams& kp, int wg_version, const detail::Tma
   constexpr int threads = detail::kPostThreads;
   Status s;
   constexpr int blk = detail::kBwdBlock;
-  // v3.43: behind the wgmma main kernel, thresh_dq is its programmatic dependent and waits per head (main_done).
+  // v3.43: behind the wgmma main kernel at D = 128, thresh_dq is its programmatic dependent and waits per head
+  // (main_done). At D = 64 the same measured 2% slower (session 36, run 2: not understood; thresh_dq's CTAs may share
+  // SMs with the main kernel's there, whose registers leave room), so it starts after the main kernel there.
   KernelParams k = kp;
   k.main_ctas = (k.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys;
-  if (v31_maps == nullptr) k.main_done = nullptr;
+  if (v31_maps == nullptr || D != 128) k.main_done = nullptr;
   if (v31_maps != nullptr) {  // v3.1 (the default where it applies) or v3.2
     s = backward_wgmma<D>(k, wg_version, true, *v31_maps, stream);
   } else {

@@ -311,7 +311,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int kcount = min(BK, p.Nk - j0);
 
   const int count = nqb - qb0;  // query blocks of this CTA
-  if constexpr (kThresh) allow_dependents();  // v3.43: thresh_dq may be scheduled once the last CTA has started
+  // v3.43 (D = 128 only: at D = 64 these two lines alone took the kernel from 194 to 201 registers and gproj's
+  // backward 2.5% slower, session 36 run 3): thresh_dq may be scheduled once the last CTA has started
+  if constexpr (kThresh && D == 128) allow_dependents();
   const auto load_q = [&](int qb) {  // v3.0: Q, dO of query block qb into stage qb & 1, as one cp.async group
     if (qb < nqb) {
       const int i0 = qb * BQ, cnt = min(BQ, p.Nq - i0), st = qb & 1;
@@ -843,7 +845,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     store_dk_dv<D>(p, bh, key_a - g, g, tq, reinterpret_cast<const float(&)[D / 8][4]>(dk),
                    reinterpret_cast<const float(&)[D / 8][4]>(dv));
   }
-  if constexpr (kThresh) main_kernel_done(p, bh);  // v3.43: this CTA's writes are done; thresh_dq may read them
+  if constexpr (kThresh && D == 128) main_kernel_done(p, bh);  // v3.43: all this CTA's writes are done
 #else
   __trap();  // built without sm_90a: the launch file never selects this kernel then
 #endif

@@ -509,8 +509,8 @@ Status backward_thresh(const KernelParams& kp, int wg_version, const detail::Tma
   Status s;
   constexpr int blk = detail::kBwdBlock;
   // v3.43: behind the wgmma main kernel at D = 128, thresh_dq is its programmatic dependent and waits per head
-  // (main_done). At D = 64 the same measured 2% slower (session 36, run 2: not understood; thresh_dq's CTAs may share
-  // SMs with the main kernel's there, whose registers leave room), so it starts after the main kernel there.
+  // (main_done). At D = 64 the same measured 2% slower (session 36, runs 2 and 4, the latter with the main kernel's
+  // registers and code as here; not understood), so it starts after the main kernel there.
   KernelParams k = kp;
   k.main_ctas = (k.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys;
   if (v31_maps == nullptr || D != 128) k.main_done = nullptr;

@@ -13,11 +13,12 @@ Usage: python3 bench/ncu_source_lines.py LINEINFO_SASS SOURCE_FILE A.csv A_MANGL
   arguments, e.g. ILi128ELb0ELb1ELb0ELb1E for the D = 128 v3.2 baseline kernel).
 """
 import collections
-import csv
 import re
 import sys
 
-SAMPLES, EXECUTED = "Warp Stall Sampling (All Samples)", "Instructions Executed"
+from ncu_stall_top import SAMPLES, read_source_page
+
+EXECUTED = "Instructions Executed"
 
 
 def line_map(sass_path, source, key):
@@ -46,9 +47,7 @@ def line_map(sass_path, source, key):
 
 
 def per_line(csv_path, lines):
-    rows = list(csv.reader(open(csv_path)))
-    at = next(i for i, r in enumerate(rows) if SAMPLES in r)
-    hdr, body = rows[at], rows[at + 1:]
+    hdr, body = read_source_page(csv_path)
     if len(body) != len(lines):
         raise SystemExit(f"{csv_path}: {len(body)} instructions, the line-info build has {len(lines)}")
     i_s, i_e, i_src = hdr.index(SAMPLES), hdr.index(EXECUTED), hdr.index("Source")

@@ -14,13 +14,18 @@ import sys
 SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
-def summarize(path, n=40):
-    """(total samples, [(reason, share)] largest first, [(index, address, share, source, reasons)])."""
+def read_source_page(path):
+    """(header row, instruction rows) of an ncu source-page CSV (also bench/ncu_source_lines.py's reader)."""
     rows = list(csv.reader(open(path)))
     header_at = next((i for i, r in enumerate(rows) if SAMPLES in r), None)
     if header_at is None:
         raise ValueError(f"{path}: no '{SAMPLES}' column (not an ncu source-page CSV?)")
-    hdr, body = rows[header_at], rows[header_at + 1:]
+    return rows[header_at], rows[header_at + 1:]
+
+
+def summarize(path, n=40):
+    """(total samples, [(reason, share)] largest first, [(index, address, share, source, reasons)])."""
+    hdr, body = read_source_page(path)
     i_addr, i_src, i_smp = hdr.index("Address"), hdr.index("Source"), hdr.index(SAMPLES)
     stall_cols = [i for i, h in enumerate(hdr) if h.startswith("stall_") and "Not Issued" not in h]
     num = lambda r, i: float(r[i] or 0) if i < len(r) else 0.0

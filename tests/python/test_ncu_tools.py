@@ -1,8 +1,9 @@
 # The kernel-reading tools: bench/ncu_stall_top.py, bench/ncu_times.py, bench/ncu_limits.py and
 # bench/ncu_opcode_mix.py, the readers of the GPU machine's ncu output (the stall summary of a source-page CSV, the
 # per-kernel times and the baseline/gproj table of a times CSV, the limits table of raw-page reports, executed
-# instructions by opcode side by side), and bench/sass_count.py (static opcode counts of a cuobjdump listing), on
-# small files whose answers are known, and their refusals. Part of scripts/python_test.sh.
+# instructions by opcode side by side, two source pages summed per source line: bench/ncu_source_lines.py), and
+# bench/sass_count.py (static opcode counts of a cuobjdump listing), on small files whose answers are known, and
+# their refusals. Part of scripts/python_test.sh.
 import pytest
 
 from script_loader import ROOT
@@ -241,3 +242,52 @@ def test_opcode_mix_refuses_other_files_and_arguments(tmp_path):
         mix.main(["no-label-here"])
     with pytest.raises(SystemExit):
         mix.main([f"x={f}", "--per", "0"])
+
+
+# bench/ncu_source_lines.py: two kernels' source pages summed per line of a source file, through a line-info dump.
+LINEINFO = """\t.text._Z1kILi1EEvv:
+\t//## File "/r/src/cuda/a.cuh", line 7
+        /*0000*/                   IADD3 R1, R2, R3, RZ ;
+\t//## File "/r/src/cuda/b.cuh", line 3 inlined at "/r/src/cuda/a.cuh", line 9
+        /*0010*/                   HGMMA.64x64x16.F32.BF16 R8, gdesc[UR4], R8 ;
+\t.text._Z1kILi2EEvv:
+\t//## File "/r/src/cuda/a.cuh", line 7
+        /*0000*/                   IADD3 R1, R2, R3, RZ ;
+        /*0010*/                   IADD3 R4, R2, R3, RZ ;
+\t//## File "/r/src/cuda/a.cuh", line 9
+        /*0020*/                   REDG.E.ADD.F32x2 desc[UR4][R2.64], R8 ;
+"""
+
+
+def write_page(path, rows):
+    lines = ['"Kernel Name","void k()",',
+             '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"']
+    lines += [f'"0x{10 * i:x}","{src}","{smp}","{ex}"' for i, (src, smp, ex) in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_source_lines_sum_per_outermost_line(tmp_path):
+    mod = load("ncu_source_lines")
+    sass = tmp_path / "k.sass"
+    sass.write_text(LINEINFO)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_page(a, [("IADD3 R1, R2, R3, RZ", 5, 100), ("HGMMA.64x64x16.F32.BF16 R8, gdesc[UR4], R8", 20, 10)])
+    write_page(b, [("IADD3 R1, R2, R3, RZ", 6, 100), ("IADD3 R4, R2, R3, RZ", 1, 100),
+                   ("@P0 REDG.E.ADD.F32x2 desc[UR4][R2.64], R8", 30, 50)])
+    smp_a, ex_a = mod.per_line(a, mod.line_map(sass, "a.cuh", "ILi1E"))
+    smp_b, ex_b = mod.per_line(b, mod.line_map(sass, "a.cuh", "ILi2E"))
+    # the inlined HGMMA (b.cuh line 3) belongs to a.cuh line 9, where it was inlined
+    assert dict(smp_a) == {7: 5.0, 9: 20.0} and dict(ex_a) == {7: 100.0, 9: 10.0}
+    assert dict(smp_b) == {7: 7.0, 9: 30.0} and dict(ex_b) == {7: 200.0, 9: 50.0}
+
+
+def test_source_lines_refuse_another_build(tmp_path):
+    mod = load("ncu_source_lines")
+    sass = tmp_path / "k.sass"
+    sass.write_text(LINEINFO)
+    page = tmp_path / "a.csv"
+    write_page(page, [("IADD3 R1, R2, R3, RZ", 5, 100), ("FFMA R8, R1, R2, R3", 20, 10)])
+    with pytest.raises(SystemExit, match="not the same build"):
+        mod.per_line(page, mod.line_map(sass, "a.cuh", "ILi1E"))
+    with pytest.raises(SystemExit, match="no kernel whose name contains"):
+        mod.line_map(sass, "a.cuh", "ILi3E")

@@ -400,7 +400,7 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 // v3.15's row groups) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
 // head; none otherwise, v1.30)
 // | for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
-// list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each, padded to 4 words); then rest (B H Nq) |
+// list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each); then rest (B H Nq) |
 // list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
 // u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: gram_q (B H chunks D D) |
@@ -418,13 +418,20 @@ struct Workspace {
   size_t bytes() const { return sizeof(float) * words(); }
 };
 
+// Words rounded up to whole 128-byte lines: every workspace region starts on a line. (Session 37, run 2: 16 bytes
+// more before them moved the later regions off their lines, and every gproj backward, at every shape measured,
+// was 1-6% slower, the main kernel's 512-byte dKacc rows then straddling lines.)
+size_t line_words(size_t words) { return (words + 31) / 32 * 32; }
+// A per-head region of thresh-lowrank's counters (head_done, main_done): B H words.
+size_t head_words(const Problem& p) { return line_words(static_cast<size_t>(p.B * p.H)); }
+
 // The partial Gram matrices of K per kv head: chunks of every basis_key_stride-th key tile (detail::gram_chunks).
 int k_gram_chunks(const Problem& p) {
   return detail::gram_chunks(static_cast<int>(p.Nk), p.params.basis_key_stride);
 }
 
-// Every region starts on a 16-byte boundary: the per-row regions are padded to a multiple of 4 words (float2
-// atomics on dq_acc and pku need 8 bytes, cp.async of K U 16; an odd B H Nq used to misalign them).
+// Every region starts on a 128-byte line (line_words). The kernels need 16 bytes (float2 atomics on dq_acc and pku
+// need 8, cp.async of K U 16; an odd B H Nq used to misalign them); they run fastest with whole lines.
 // dkv_direct: KernelParams::dkv_direct of the backward that will run (bit 1: dV stored by the main kernel, bit 2:
 // dK), whose accumulators are left out; -1 (the default): unknown, both kept (the most any backward needs).
 Workspace layout(const Problem& p, int dkv_direct = -1) {
@@ -432,22 +439,22 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
   const size_t kv = static_cast<size_t>(p.B * p.H * p.Nk * p.D);
   const bool keep_dk = dkv_direct < 0 || (dkv_direct & 2) == 0, keep_dv = dkv_direct < 0 || (dkv_direct & 1) == 0;
   // dq_acc: rows rounded up to 16 per head, the v3.15 tiles' row groups (dq_acc_index).
-  Workspace w{(rows + 3) / 4 * 4, static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16 * 16) * p.D),
+  Workspace w{line_words(rows), static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16 * 16) * p.D),
               keep_dk ? kv : 0, keep_dv ? kv : 0};
   if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
-    w.pk = (static_cast<size_t>(p.B * p.H * p.D) + 3) / 4 * 4;
+    w.pk = line_words(static_cast<size_t>(p.B * p.H * p.D));
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
     w.pku = w.row * detail::kLowRank;
     w.part = static_cast<size_t>(p.B * p.H * ((p.Nq + detail::kSuffixBlock - 1) / detail::kSuffixBlock) * p.D);
     w.gram = static_cast<size_t>(p.B * p.Hkv * k_gram_chunks(p) * p.D * p.D);
     w.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
-    w.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
-    w.heads = 2 * ((static_cast<size_t>(p.B * p.H) + 3) / 4 * 4);  // head_done, main_done (v3.43)
+    w.ku = line_words(static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2));
+    w.heads = 2 * head_words(p);  // head_done, main_done (v3.43)
     if (p.params.dk_compensation_rank != 0) {
       w.gram_q = static_cast<size_t>(p.B * p.H * detail::gram_chunks(static_cast<int>(p.Nq)) * p.D * p.D);
       w.u_q = static_cast<size_t>(p.B * p.H * p.D * detail::kLowRank);
-      w.qu = static_cast<size_t>(p.B * p.H * p.Nq * detail::kLowRank / 2);
+      w.qu = line_words(static_cast<size_t>(p.B * p.H * p.Nq * detail::kLowRank / 2));
     }
   }
   return w;
@@ -929,7 +936,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     kp.list_count = reinterpret_cast<int*>(t);
     kp.pku = t + w.row;
     kp.head_done = reinterpret_cast<int*>(kp.pku + w.pku);
-    kp.main_done = kp.head_done + w.heads / 2;  // (null again below where the main kernel is not v3.1 / v3.2)
+    kp.main_done = kp.head_done + head_words(p);  // (null again below where the main kernel is not v3.1 / v3.2)
     float* r = t + w.thresh_zeroed();  // then the written ones
     kp.rest = r;
     kp.list_j = reinterpret_cast<int*>(r + w.row);

@@ -112,7 +112,7 @@ float median_ms(F f, int reps, int chain = 1) {
 }  // namespace
 
 // Usage: cuda_attention_bench [--only LABEL] [--shape D:N:causal] [--reps R] [--chain C] [--q-scale S]
-// [--sink | --local]. The filters
+// [--heads H] [--sink | --local]. The filters
 // let a profiler (ncu, scripts/device_profile.sh) look at one configuration; with none every row of the table
 // runs (four shapes; --shape may also name any other of the grid, e.g. 64:4096:0). --q-scale multiplies q
 // (default 1): larger values sharpen the softmax rows. --sink makes key 0 of every sequence an attention sink (at
@@ -120,10 +120,14 @@ float median_ms(F f, int reps, int chain = 1) {
 // key, the worst case for thresh-lowrank's scattered dK corrections. --local builds each query from nearby keys
 // (local_queries): trained-like rows whose listed keys repeat among neighbouring rows as in the captured states.
 // --chain C (default 1) times C calls back to back and reports their mean (median_ms says what that leaves out).
+// --heads H (1 to 256) replaces the H = 2048 / D of every shape (B N stays 16k tokens; H kv heads too): a head
+// count the grid does not hold, e.g. H = 12, whose B H is not a multiple of 32 (the workspace's regions
+// then rely on line_words for their 128-byte alignment, session 37).
 int main(int argc, char** argv) {
   using namespace gproj;
   std::string only, shape_filter;
-  int reps = 3, chain = 1;
+  int reps = 3, chain = 1, heads = 0;  // heads: 0 = 2048 / D, or --heads's value (checked below)
+  bool heads_given = false;
   float q_scale = 1.0f;
   bool sink = false, local = false;
   for (int a = 1; a < argc; ++a) {
@@ -132,18 +136,20 @@ int main(int argc, char** argv) {
       sink = true;
     } else if (arg == "--local") {
       local = true;
-    } else if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--chain" || arg == "--q-scale") &&
+    } else if ((arg == "--only" || arg == "--shape" || arg == "--reps" || arg == "--chain" || arg == "--q-scale" ||
+                arg == "--heads") &&
                a + 1 < argc) {
       const std::string val = argv[++a];
       if (arg == "--only") only = val;
       else if (arg == "--shape") shape_filter = val;
       else if (arg == "--reps") reps = std::atoi(val.c_str());
       else if (arg == "--chain") chain = std::atoi(val.c_str());
+      else if (arg == "--heads") heads = std::atoi(val.c_str()), heads_given = true;
       else q_scale = std::strtof(val.c_str(), nullptr);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--only LABEL] [--shape D:N:causal] [--reps R] [--chain C] [--q-scale S] "
-                   "[--sink | --local]\n",
+                   "[--heads H] [--sink | --local]\n",
                    argv[0]);
       return 2;
     }
@@ -164,6 +170,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--q-scale must be in (0, 64]\n");
     return 2;
   }
+  if (heads_given && (heads < 1 || heads > 256)) {
+    std::fprintf(stderr, "--heads must be 1 to 256\n");
+    return 2;
+  }
   if (local && (sink || q_scale != 1.0f)) {
     std::fprintf(stderr, "--local builds the queries itself: it takes neither --sink nor --q-scale\n");
     return 2;
@@ -172,6 +182,7 @@ int main(int argc, char** argv) {
   if (sink) std::printf("# key 0 of every sequence is an attention sink\n");
   if (local) std::printf("# queries built from nearby keys (--local: trained-like rows whose keys repeat locally)\n");
   if (chain > 1) std::printf("# each time is the mean of %d calls back to back (--chain)\n", chain);
+  if (heads > 0) std::printf("# %d heads in every shape (--heads; B N = 16k tokens)\n", heads);
   std::printf("%-10s %5s %4s %6s %9s %9s %9s %9s\n", "variant", "N", "D", "causal", "fwd ms", "bwd ms", "fwd TF/s",
               "bwd TF/s");
   struct Shape {
@@ -206,7 +217,7 @@ int main(int argc, char** argv) {
       {
         const int64_t D = shape.D, N = shape.N;
         const bool causal = shape.causal;
-        const int64_t H = 2048 / D, B = 16384 / N;  // B N = 16k tokens, H D = 2048 (GUIDE §5)
+        const int64_t H = heads > 0 ? heads : 2048 / D, B = 16384 / N;  // B N = 16k tokens, H D = 2048 (GUIDE §5)
         const size_t n = static_cast<size_t>(B * N * H * D);
         std::vector<float> hk = random_values(n, 2);
         std::vector<float> hq = local ? local_queries(hk, B, N, H, D) : random_values(n, 1, q_scale);

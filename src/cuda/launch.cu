@@ -400,8 +400,7 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 // v3.15's row groups) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
 // head; none otherwise, v1.30)
 // | for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
-// list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each); then rest (B H Nq) |
-// list_j, list_p
+// list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each); then rest (B H Nq) | list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
 // u (B Hkv D 8) | ku (B Hkv Nk 8 BF16 = 4 words per key) | [dK compensation: gram_q (B H chunks D D) |
 // u_q (B H D 8) | qu (B H Nq 8 BF16)]
@@ -430,7 +429,8 @@ int k_gram_chunks(const Problem& p) {
   return detail::gram_chunks(static_cast<int>(p.Nk), p.params.basis_key_stride);
 }
 
-// Every region starts on a 128-byte line (line_words). The kernels need 16 bytes (float2 atomics on dq_acc and pku
+// Every region starts on a 128-byte line: the per-row and per-head sizes are rounded up by line_words, and the
+// regions of D-wide rows are whole lines already (D is 64 or 128 on the GPU). The kernels need 16 bytes (float2 atomics on dq_acc and pku
 // need 8, cp.async of K U 16; an odd B H Nq used to misalign them); they run fastest with whole lines.
 // dkv_direct: KernelParams::dkv_direct of the backward that will run (bit 1: dV stored by the main kernel, bit 2:
 // dK), whose accumulators are left out; -1 (the default): unknown, both kept (the most any backward needs).

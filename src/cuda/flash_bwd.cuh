@@ -23,46 +23,79 @@ __global__ void bwd_preprocess_kernel(const KernelParams p) {
   p.delta[idx] = acc;
 }
 
-// The same delta from BF16 O and dO with 16-byte aligned rows: a CTA stages 64 rows of each in shared memory
-// with 16-byte loads (coalesced; the one-thread-per-row loads above read 2 bytes from a different row per lane),
-// then one thread per row sums them in the same order. Rows are padded to an odd word count (no bank conflicts).
-constexpr int kPreRows = 64, kPreThreads = 256;
-// kApart: the same kernel, launched with a smaller preferred shared-memory carveout than the 228 KB that gproj's main
-// kernel needs at D = 128, so that the SMs are reconfigured between the two (launch.cu, v3.40; the body is the same).
-template <int D, bool kApart = false>
-__global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
-  constexpr int kWords = D / 2 + 1, kChunks = D / 8;
-  __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];
-  const int64_t total = static_cast<int64_t>(p.B) * p.H * p.Nq, first = static_cast<int64_t>(blockIdx.x) * kPreRows;
-  for (int x = threadIdx.x; x < kPreRows * kChunks; x += kPreThreads) {
-    const int r = x / kChunks, c = x % kChunks;
-    const int64_t idx = first + r;
-    if (idx >= total) continue;
-    const int i = static_cast<int>(idx % p.Nq), h = static_cast<int>((idx / p.Nq) % p.H);
-    const int b = static_cast<int>(idx / (static_cast<int64_t>(p.Nq) * p.H));
-    const auto* o =
-        static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.s0 + static_cast<int64_t>(i) * p.o.s1 + h * p.o.s2;
-    const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + b * p.dout.s0 +
-                    static_cast<int64_t>(i) * p.dout.s1 + h * p.dout.s2;
-    const uint4 vo = reinterpret_cast<const uint4*>(o)[c], vd = reinterpret_cast<const uint4*>(d)[c];
-    uint32_t* to = so + r * kWords + c * 4;
-    uint32_t* td = sd + r * kWords + c * 4;
-    to[0] = vo.x, to[1] = vo.y, to[2] = vo.z, to[3] = vo.w;
-    td[0] = vd.x, td[1] = vd.y, td[2] = vd.z, td[3] = vd.w;
-  }
-  __syncthreads();
-  const int r = threadIdx.x;
-  if (r >= kPreRows || first + r >= total) return;
+// The same delta from BF16 O and dO with 16-byte aligned rows (v3.45): still one thread per row, summing in the same
+// order, but the row is read straight into registers, no shared memory. The two lanes of a pair (2m, 2m + 1) hold
+// rows ra = 2m and ra + 1 of the warp's 32; each load instruction has both lanes read 16 bytes of the same row side
+// by side (chunks 2k and 2k + 1: one whole 32-byte sector per pair and instruction), first of row ra, then of ra + 1,
+// and one shuffle per word then gives each lane the half of its own row that its partner read. Half a row of both
+// tensors (128 bytes each) per step. (Until v3.45 a CTA staged 64 rows of both in 33 KB of shared memory and 64 of
+// its 256 threads summed them: at D = 64 and 128 alike ~49 µs for 134 MB, ~2.7 TB/s, and ~72 µs in gproj's
+// backward at D = 128, where v3.40's carveout hint left fewer of those CTAs per SM; session 36's ncu times.)
+constexpr int kPreThreads = 256;  // rows per CTA
+template <int D>
+__global__ void __launch_bounds__(kPreThreads, 2) bwd_preprocess_vec_kernel(const KernelParams p) {
+  static_assert(D % 64 == 0, "whole steps of 8 chunks of 16 bytes");
+  constexpr int kSteps = D / 64, kLoads = 4;  // per step: chunks 2 k + (lane & 1), k < kLoads, of both rows
+  const int64_t total = static_cast<int64_t>(p.B) * p.H * p.Nq;
+  const int par = threadIdx.x & 1;
+  const int64_t own = static_cast<int64_t>(blockIdx.x) * kPreThreads + threadIdx.x, ra = own - par;
+  // Rows ra and ra + 1 as (b, h, i); a row past the last reads row 0 (or ra) instead, unconditionally, so that all of
+  // a step's loads go out together (predicated, ptxas issued them one k at a time), and its sum is not stored.
+  const int64_t a = ra < total ? ra : 0, bh_a = a / p.Nq;
+  const int i_a = static_cast<int>(a - bh_a * p.Nq);
+  const bool b_ok = ra + 1 < total, wrap = i_a + 1 == p.Nq;
+  const int64_t bh_b = b_ok && wrap ? bh_a + 1 : bh_a;
+  const int i_b = b_ok ? (wrap ? 0 : i_a + 1) : i_a;
+  const auto chunks = [&](const Strided& t, int64_t bh, int i) {  // row (bh, i)'s chunks from this lane's first
+    const int64_t b = bh / p.H, h = bh - b * p.H;
+    return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(t.data) + b * t.s0 +
+                                          static_cast<int64_t>(i) * t.s1 + h * t.s2) + par;
+  };
+  const uint4 *oa = chunks(p.o, bh_a, i_a), *da = chunks(p.dout, bh_a, i_a);
+  const uint4 *ob = chunks(p.o, bh_b, i_b), *db = chunks(p.dout, bh_b, i_b);
   float acc = 0.0f;
-#pragma unroll 8
-  for (int w = 0; w < D / 2; ++w) {
-    const uint32_t wo = so[r * kWords + w], wd = sd[r * kWords + w];
+  const auto add_word = [&acc](uint32_t wo, uint32_t wd) {  // elements 2 w, 2 w + 1, as the reference kernel
     const float o0 = __uint_as_float(wo << 16), o1 = __uint_as_float(wo & 0xffff0000u);
     const float d0 = __uint_as_float(wd << 16), d1 = __uint_as_float(wd & 0xffff0000u);
     acc = __fadd_rn(acc, __fmul_rn(d0, o0));
     acc = __fadd_rn(acc, __fmul_rn(d1, o1));
+  };
+#pragma unroll 1
+  for (int st = 0; st < kSteps; ++st) {
+    uint4 xo[2][kLoads], xd[2][kLoads];  // [row ra, ra + 1][k]: chunk 8 st + 2 k + par
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int c = 8 * st + 2 * k;
+      xo[0][k] = oa[c];
+      xd[0][k] = da[c];
+      xo[1][k] = ob[c];
+      xd[1][k] = db[c];
+    }
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      uint32_t so[4], sd[4], mo[4], md[4];  // what this lane sends (the partner's row) and keeps (its own)
+      const uint32_t* a_o = &xo[0][k].x, *a_d = &xd[0][k].x, *b_o = &xo[1][k].x, *b_d = &xd[1][k].x;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        so[w] = par ? a_o[w] : b_o[w];
+        sd[w] = par ? a_d[w] : b_d[w];
+        mo[w] = par ? b_o[w] : a_o[w];
+        md[w] = par ? b_d[w] : a_d[w];
+      }
+      uint32_t ro[4], rd[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        ro[w] = __shfl_xor_sync(0xffffffffu, so[w], 1);
+        rd[w] = __shfl_xor_sync(0xffffffffu, sd[w], 1);
+      }
+      // Chunk 2 k of the own row, then 2 k + 1: lane 2m read the even one itself, lane 2m + 1 the odd one.
+#pragma unroll
+      for (int w = 0; w < 4; ++w) add_word(par ? ro[w] : mo[w], par ? rd[w] : md[w]);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) add_word(par ? mo[w] : ro[w], par ? md[w] : rd[w]);
+    }
   }
-  p.delta[first + r] = acc;
+  if (own < total) p.delta[own] = acc;
 }
 
 // Dynamic shared memory: sK, sQ (rows, D+1), sV, sdO (rows, D+1), sP, sdS (BQ, BK+1), sL, sDelta (BQ).

@@ -989,26 +989,19 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   constexpr int kPost = 256;
   const int64_t rows = p.B * p.H * p.Nq;
   if (!fp32 && rows_aligned(o) && rows_aligned(dout)) {
-    const auto grid = static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows);
+    const auto grid = static_cast<unsigned>((rows + detail::kPreThreads - 1) / detail::kPreThreads);
     // v3.40 (session 32): a kernel runs ~3% slower, in cycles and over its whole length, when the SMs were not
-    // reconfigured between it and the kernel before it: gproj's main kernel right after this preprocess (both in
-    // the 228 KB configuration: it needs 220 KB of shared memory, and the preprocess's 33 KB a CTA leave the
-    // driver free to choose) took 669k cycles a CTA against 651k after a kernel with no shared memory (perf-notes,
-    // session 32, runs 1-4). Where gproj's main kernel needs that configuration (D = 128), the preprocess asks for
-    // half the carveout, which moves it to a smaller configuration; baseline's main kernel (195 KB) was measured
-    // fast after the default and slow after this one, so it keeps the default. A hint to the driver, not a
-    // guarantee: if it is not taken, the kernels are as fast as before.
-    if (p.D == 64) {
-      detail::bwd_preprocess_vec_kernel<64><<<grid, detail::kPreThreads, 0, st>>>(kp);
-    } else if (thresh && wg_version >= 2) {
-      if (cudaFuncSetAttribute(detail::bwd_preprocess_vec_kernel<128, true>,
-                               cudaFuncAttributePreferredSharedMemoryCarveout, 50) != cudaSuccess) {
-        return last_error("backward preprocess carveout");
-      }
-      detail::bwd_preprocess_vec_kernel<128, true><<<grid, detail::kPreThreads, 0, st>>>(kp);
-    } else {
-      detail::bwd_preprocess_vec_kernel<128><<<grid, detail::kPreThreads, 0, st>>>(kp);
+    // reconfigured between it and the kernel before it (L1 / shared-memory carveout): gproj's main kernel right after
+    // a preprocess in the same 228 KB configuration took 669k cycles a CTA against 651k after a kernel with no
+    // shared memory (perf-notes, session 32, runs 1-4). The preprocess (v3.45) uses no shared memory and asks for
+    // the smallest carveout, so it runs with the most L1 and every main kernel after it (195-220 KB at D = 128)
+    // finds its SMs reconfigured. A hint to the driver, not a guarantee: if it is not taken, the kernels are as
+    // fast as before v3.40.
+    const auto pre = p.D == 64 ? detail::bwd_preprocess_vec_kernel<64> : detail::bwd_preprocess_vec_kernel<128>;
+    if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 0) != cudaSuccess) {
+      return last_error("backward preprocess carveout");
     }
+    pre<<<grid, detail::kPreThreads, 0, st>>>(kp);
   } else {
     detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   }

@@ -39,20 +39,30 @@ __global__ void __launch_bounds__(kPreThreads, 2) bwd_preprocess_vec_kernel(cons
   const int64_t total = static_cast<int64_t>(p.B) * p.H * p.Nq;
   const int par = threadIdx.x & 1;
   const int64_t own = static_cast<int64_t>(blockIdx.x) * kPreThreads + threadIdx.x, ra = own - par;
-  // Rows ra and ra + 1 as (b, h, i); a row past the last reads row 0 (or ra) instead, unconditionally, so that all of
-  // a step's loads go out together (predicated, ptxas issued them one k at a time), and its sum is not stored.
-  const int64_t a = ra < total ? ra : 0, bh_a = a / p.Nq;
-  const int i_a = static_cast<int>(a - bh_a * p.Nq);
-  const bool b_ok = ra + 1 < total, wrap = i_a + 1 == p.Nq;
-  const int64_t bh_b = b_ok && wrap ? bh_a + 1 : bh_a;
-  const int i_b = b_ok ? (wrap ? 0 : i_a + 1) : i_a;
-  const auto chunks = [&](const Strided& t, int64_t bh, int i) {  // row (bh, i)'s chunks from this lane's first
-    const int64_t b = bh / p.H, h = bh - b * p.H;
+  // Rows in memory order (v3.45b): the row index runs over (b, i, h) with h fastest where O's heads are closer
+  // together than its positions (the (B, N, H, D) layout), else over (b, h, i), so that a warp's rows are one stretch
+  // of memory. Rows ra and ra + 1 of the pair; a row past the last reads row 0 (or ra) instead, unconditionally, so
+  // that a step's loads go out together, and its sum is not stored.
+  const bool h_fast = p.o.s2 <= p.o.s1;
+  const int inner = h_fast ? p.H : p.Nq, mid = h_fast ? p.Nq : p.H;
+  const int64_t a = ra < total ? ra : 0, q_a = a / inner, b_a = q_a / mid;
+  const int y_a = static_cast<int>(a - q_a * inner), x_a = static_cast<int>(q_a - b_a * mid);
+  int64_t b_b = b_a;  // row ra + 1: the next y, carried into x and b
+  int y_b = y_a + 1, x_b = x_a;
+  if (y_b == inner) y_b = 0, x_b = x_a + 1;
+  if (x_b == mid) x_b = 0, b_b = b_a + 1;
+  if (ra + 1 >= total) b_b = b_a, x_b = x_a, y_b = y_a;
+  const auto chunks = [&](const Strided& t, int64_t b, int x, int y) {  // row (b, x, y)'s chunks from this lane's
+    const int i = h_fast ? x : y, h = h_fast ? y : x;
     return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(t.data) + b * t.s0 +
-                                          static_cast<int64_t>(i) * t.s1 + h * t.s2) + par;
+                                          static_cast<int64_t>(i) * t.s1 + static_cast<int64_t>(h) * t.s2) + par;
   };
-  const uint4 *oa = chunks(p.o, bh_a, i_a), *da = chunks(p.dout, bh_a, i_a);
-  const uint4 *ob = chunks(p.o, bh_b, i_b), *db = chunks(p.dout, bh_b, i_b);
+  const uint4 *oa = chunks(p.o, b_a, x_a, y_a), *da = chunks(p.dout, b_a, x_a, y_a);
+  const uint4 *ob = chunks(p.o, b_b, x_b, y_b), *db = chunks(p.dout, b_b, x_b, y_b);
+  // This lane's delta index, (b, h, i)
+  const int64_t b_o = par ? b_b : b_a;
+  const int x_o = par ? x_b : x_a, y_o = par ? y_b : y_a;
+  const int64_t out = (b_o * p.H + (h_fast ? y_o : x_o)) * p.Nq + (h_fast ? x_o : y_o);
   float acc = 0.0f;
   const auto add_word = [&acc](uint32_t wo, uint32_t wd) {  // elements 2 w, 2 w + 1, as the reference kernel
     const float o0 = __uint_as_float(wo << 16), o1 = __uint_as_float(wo & 0xffff0000u);
@@ -95,7 +105,7 @@ __global__ void __launch_bounds__(kPreThreads, 2) bwd_preprocess_vec_kernel(cons
       for (int w = 0; w < 4; ++w) add_word(par ? mo[w] : ro[w], par ? md[w] : rd[w]);
     }
   }
-  if (own < total) p.delta[own] = acc;
+  if (own < total) p.delta[out] = acc;
 }
 
 // Dynamic shared memory: sK, sQ (rows, D+1), sV, sdO (rows, D+1), sP, sdS (BQ, BK+1), sL, sDelta (BQ).

@@ -571,6 +571,64 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
   }
 }
 
+// v3.45b: the delta preprocess takes its rows in memory order: (b, i, h) for the (B, N, H, D) layout, (b, h, i)
+// where O's heads lie further apart than its positions. O and dO stored heads-major (element (i, h, d) at
+// (h Nq + i) D + d) must give the bits of the dense layout: dK and dV bit for bit (baseline's main kernel stores them
+// from registers, and delta enters every element), dQ within its atomics' spread. H = 3 and Nq = 200 put row pairs
+// across heads and positions in both orders.
+TEST(Cuda, HeadsMajorOAndDoutGiveTheDenseLayoutsBits) {
+  GPROJ_REQUIRE_GPU();
+  const int64_t Nq = 200, Nk = 136, H = 3;
+  for (int64_t D : {64, 128}) {
+    const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, H, D, false, 93));
+    const size_t n = static_cast<size_t>(Nq * H * D), nkv = static_cast<size_t>(Nk * H * D);
+    DeviceScratch mem;
+    const cuda::DeviceTensor q = mem.upload(s.q, Nq, H, D), k = mem.upload(s.k, Nk, H, D),
+                             v = mem.upload(s.v, Nk, H, D), dout = mem.upload(s.dout, Nq, H, D),
+                             o = dense_view(mem.alloc(n * 2), Nq, H, D);
+    cuda::DeviceTensor lse, none;
+    lse.data = mem.alloc(H * Nq * 4);
+    cuda::Problem p;
+    p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = p.Hkv = H, p.D = D;
+    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+    p.params = test::params_for(Variant::kBaseline, Projection::kThreshLowRank);
+    ASSERT_TRUE(cuda::forward(p, q, k, v, o, lse, none, nullptr).ok);
+    // Heads-major copies of O and dO.
+    const auto heads_major = [&](const cuda::DeviceTensor& t) {
+      std::vector<uint16_t> dense(n), hm(n);
+      EXPECT_EQ(cudaMemcpy(dense.data(), t.data, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int64_t i = 0; i < Nq; ++i)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) hm[(h * Nq + i) * D + d] = dense[(i * H + h) * D + d];
+      cuda::DeviceTensor out;
+      out.data = mem.alloc(n * 2);
+      EXPECT_EQ(cudaMemcpy(out.data, hm.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      out.stride[0] = static_cast<int64_t>(n), out.stride[1] = D, out.stride[2] = Nq * D, out.stride[3] = 1;
+      return out;
+    };
+    const cuda::DeviceTensor o_hm = heads_major(o), dout_hm = heads_major(dout);
+    std::vector<uint16_t> got[2][3];  // [dense, heads-major][dQ, dK, dV]
+    for (int form = 0; form < 2; ++form) {
+      const cuda::DeviceTensor dq = dense_view(mem.alloc(n * 2), Nq, H, D), dk = dense_view(mem.alloc(nkv * 2), Nk, H, D),
+                               dv = dense_view(mem.alloc(nkv * 2), Nk, H, D);
+      const cuda::Status st = cuda::backward(p, q, k, v, form == 0 ? o : o_hm, none, lse, form == 0 ? dout : dout_hm,
+                                             dq, dk, dv, mem.alloc(cuda::backward_workspace_bytes(p)), nullptr);
+      ASSERT_TRUE(st.ok) << st.message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const cuda::DeviceTensor* outs[3] = {&dq, &dk, &dv};
+      for (int t = 0; t < 3; ++t) {
+        got[form][t].resize(t == 0 ? n : nkv);
+        ASSERT_EQ(cudaMemcpy(got[form][t].data(), outs[t]->data, got[form][t].size() * 2, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+      }
+    }
+    const std::string at = "D = " + std::to_string(D);
+    expect_same_output(got[0][0], got[1][0], true, "dQ, " + at);
+    expect_same_output(got[0][1], got[1][1], false, "dK, " + at);
+    expect_same_output(got[0][2], got[1][2], false, "dV, " + at);
+  }
+}
+
 // backward_workspace_bytes with the tensors: where the main kernel stores dK and dV itself (v3.34) the FP32
 // accumulators it does not use are left out (baseline: dK and dV, gproj: dV, its dK correction reads dKacc); with
 // dK, dV 8 bytes past alignment or two query heads per kv head nothing is. A backward in exactly that many bytes

@@ -28,9 +28,12 @@ __global__ void bwd_preprocess_kernel(const KernelParams p) {
 // rows ra = 2m and ra + 1 of the warp's 32; each load instruction has both lanes read 16 bytes of the same row side
 // by side (chunks 2k and 2k + 1: one whole 32-byte sector per pair and instruction), first of row ra, then of ra + 1,
 // and one shuffle per word then gives each lane the half of its own row that its partner read. Half a row of both
-// tensors (128 bytes each) per step. (Until v3.45 a CTA staged 64 rows of both in 33 KB of shared memory and 64 of
-// its 256 threads summed them: at D = 64 and 128 alike ~49 µs for 134 MB, ~2.7 TB/s, and ~72 µs in gproj's
-// backward at D = 128, where v3.40's carveout hint left fewer of those CTAs per SM; session 36's ncu times.)
+// tensors (128 bytes each) per step, its 16 loads issued together: the launch bounds' minimum of 2 CTAs lets ptxas
+// use the registers (94-96); without it, it sank each k's loads to their use, 4 of 16 in flight. No shared memory,
+// so launch.cu asks for the smallest carveout and every main kernel after it finds its SMs reconfigured. (Until
+// v3.45 a CTA staged 64 rows of both in 33 KB of shared memory and 64 of its 256 threads summed them: ~49 µs for
+// 134 MB at D = 64 and 128, ~65 µs in gproj's backward at D = 128, where v3.40's half carveout left 3 of those CTAs
+// an SM. This one: ~53 µs in both; perf-notes, session 38.)
 constexpr int kPreThreads = 256;  // rows per CTA
 template <int D>
 __global__ void __launch_bounds__(kPreThreads, 2) bwd_preprocess_vec_kernel(const KernelParams p) {

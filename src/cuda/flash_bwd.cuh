@@ -23,92 +23,60 @@ __global__ void bwd_preprocess_kernel(const KernelParams p) {
   p.delta[idx] = acc;
 }
 
-// The same delta from BF16 O and dO with 16-byte aligned rows (v3.45): still one thread per row, summing in the same
-// order, but the row is read straight into registers, no shared memory. The two lanes of a pair (2m, 2m + 1) hold
-// rows ra = 2m and ra + 1 of the warp's 32; each load instruction has both lanes read 16 bytes of the same row side
-// by side (chunks 2k and 2k + 1: one whole 32-byte sector per pair and instruction), first of row ra, then of ra + 1,
-// and one shuffle per word then gives each lane the half of its own row that its partner read. Half a row of both
-// tensors (128 bytes each) per step, its 16 loads issued together: the launch bounds' minimum of 2 CTAs lets ptxas
-// use the registers (94-96); without it, it sank each k's loads to their use, 4 of 16 in flight. No shared memory,
-// so launch.cu asks for the smallest carveout and every main kernel after it finds its SMs reconfigured. (Until
-// v3.45 a CTA staged 64 rows of both in 33 KB of shared memory and 64 of its 256 threads summed them: ~49 µs for
-// 134 MB at D = 64 and 128, ~65 µs in gproj's backward at D = 128, where v3.40's half carveout left 3 of those CTAs
-// an SM. This one: ~53 µs in both; perf-notes, session 38.)
-constexpr int kPreThreads = 256;  // rows per CTA
-template <int D>
-__global__ void __launch_bounds__(kPreThreads, 2) bwd_preprocess_vec_kernel(const KernelParams p) {
-  static_assert(D % 64 == 0, "whole steps of 8 chunks of 16 bytes");
-  constexpr int kSteps = D / 64, kLoads = 4;  // per step: chunks 2 k + (lane & 1), k < kLoads, of both rows
-  const int64_t total = static_cast<int64_t>(p.B) * p.H * p.Nq;
-  const int par = threadIdx.x & 1;
-  const int64_t own = static_cast<int64_t>(blockIdx.x) * kPreThreads + threadIdx.x, ra = own - par;
-  // Rows in memory order (v3.45b): the row index runs over (b, i, h) with h fastest where O's heads are closer
-  // together than its positions (the (B, N, H, D) layout), else over (b, h, i), so that a warp's rows are one stretch
-  // of memory. Rows ra and ra + 1 of the pair; a row past the last reads row 0 (or ra) instead, unconditionally, so
-  // that a step's loads go out together, and its sum is not stored.
-  const bool h_fast = p.o.s2 <= p.o.s1;
-  const int inner = h_fast ? p.H : p.Nq, mid = h_fast ? p.Nq : p.H;
-  const int64_t a = ra < total ? ra : 0, q_a = a / inner, b_a = q_a / mid;
-  const int y_a = static_cast<int>(a - q_a * inner), x_a = static_cast<int>(q_a - b_a * mid);
-  int64_t b_b = b_a;  // row ra + 1: the next y, carried into x and b
-  int y_b = y_a + 1, x_b = x_a;
-  if (y_b == inner) y_b = 0, x_b = x_a + 1;
-  if (x_b == mid) x_b = 0, b_b = b_a + 1;
-  if (ra + 1 >= total) b_b = b_a, x_b = x_a, y_b = y_a;
-  const auto chunks = [&](const Strided& t, int64_t b, int x, int y) {  // row (b, x, y)'s chunks from this lane's
-    const int i = h_fast ? x : y, h = h_fast ? y : x;
-    return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(t.data) + b * t.s0 +
-                                          static_cast<int64_t>(i) * t.s1 + static_cast<int64_t>(h) * t.s2) + par;
-  };
-  const uint4 *oa = chunks(p.o, b_a, x_a, y_a), *da = chunks(p.dout, b_a, x_a, y_a);
-  const uint4 *ob = chunks(p.o, b_b, x_b, y_b), *db = chunks(p.dout, b_b, x_b, y_b);
-  // This lane's delta index, (b, h, i)
-  const int64_t b_o = par ? b_b : b_a;
-  const int x_o = par ? x_b : x_a, y_o = par ? y_b : y_a;
-  const int64_t out = (b_o * p.H + (h_fast ? y_o : x_o)) * p.Nq + (h_fast ? x_o : y_o);
+// The same delta from BF16 O and dO with 16-byte aligned rows: a CTA stages 64 rows of each in shared memory
+// with 16-byte loads (coalesced: a warp's load instruction covers two whole rows), then one thread per row sums
+// them in the same order. Rows are padded to an odd word count (no bank conflicts). v3.45d (session 38): the rows in
+// memory order and each row's offsets formed once (below); 41 µs at D = 128, N = 4k with 6 CTAs an SM, 72% of
+// DRAM's peak (45 before; a register-only form without shared memory, v3.45b, took 47: 2 CTAs an SM by its
+// registers and 4x the L2 requests; perf-notes, session 38, run 4).
+constexpr int kPreRows = 64, kPreThreads = 256;
+// kApart: the same kernel, launched with a smaller preferred shared-memory carveout than the 228 KB that gproj's main
+// kernel needs at D = 128, so that the SMs are reconfigured between the two (launch.cu, v3.40, v3.45d).
+template <int D, bool kApart = false>
+__global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
+  constexpr int kWords = D / 2 + 1, kChunks = D / 8;
+  __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];
+  __shared__ int64_t base_o[kPreRows], base_d[kPreRows], out_row[kPreRows];
+  const int64_t total = static_cast<int64_t>(p.B) * p.H * p.Nq, first = static_cast<int64_t>(blockIdx.x) * kPreRows;
+  // v3.45c: the CTA's rows in memory order ((b, i, h) with h fastest where O's heads are closer together than its
+  // positions, the (B, N, H, D) layout; else (b, h, i)), so that its 64 rows are one stretch of memory; each row's
+  // offsets and delta index formed once, by one thread (until v3.45c every 16-byte chunk's loop iteration divided
+  // its 64-bit row index three times before its load).
+  if (threadIdx.x < kPreRows) {
+    const bool h_fast = p.o.s2 <= p.o.s1;
+    const int inner = h_fast ? p.H : p.Nq, mid = h_fast ? p.Nq : p.H;
+    const int64_t lin = min(first + threadIdx.x, total - 1), q = lin / inner, b = q / mid;
+    const int y = static_cast<int>(lin - q * inner), x = static_cast<int>(q - b * mid);
+    const int64_t i = h_fast ? x : y, h = h_fast ? y : x;
+    base_o[threadIdx.x] = b * p.o.s0 + i * p.o.s1 + h * p.o.s2;
+    base_d[threadIdx.x] = b * p.dout.s0 + i * p.dout.s1 + h * p.dout.s2;
+    out_row[threadIdx.x] = (b * p.H + h) * p.Nq + i;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < kPreRows * kChunks; x += kPreThreads) {
+    const int r = x / kChunks, c = x % kChunks;
+    if (first + r >= total) continue;
+    const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + base_o[r];
+    const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + base_d[r];
+    const uint4 vo = reinterpret_cast<const uint4*>(o)[c], vd = reinterpret_cast<const uint4*>(d)[c];
+    uint32_t* to = so + r * kWords + c * 4;
+    uint32_t* td = sd + r * kWords + c * 4;
+    to[0] = vo.x, to[1] = vo.y, to[2] = vo.z, to[3] = vo.w;
+    td[0] = vd.x, td[1] = vd.y, td[2] = vd.z, td[3] = vd.w;
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r >= kPreRows || first + r >= total) return;
   float acc = 0.0f;
-  const auto add_word = [&acc](uint32_t wo, uint32_t wd) {  // elements 2 w, 2 w + 1, as the reference kernel
+#pragma unroll 8
+  for (int w = 0; w < D / 2; ++w) {
+    const uint32_t wo = so[r * kWords + w], wd = sd[r * kWords + w];
     const float o0 = __uint_as_float(wo << 16), o1 = __uint_as_float(wo & 0xffff0000u);
     const float d0 = __uint_as_float(wd << 16), d1 = __uint_as_float(wd & 0xffff0000u);
     acc = __fadd_rn(acc, __fmul_rn(d0, o0));
     acc = __fadd_rn(acc, __fmul_rn(d1, o1));
-  };
-#pragma unroll 1
-  for (int st = 0; st < kSteps; ++st) {
-    uint4 xo[2][kLoads], xd[2][kLoads];  // [row ra, ra + 1][k]: chunk 8 st + 2 k + par
-#pragma unroll
-    for (int k = 0; k < kLoads; ++k) {
-      const int c = 8 * st + 2 * k;
-      xo[0][k] = oa[c];
-      xd[0][k] = da[c];
-      xo[1][k] = ob[c];
-      xd[1][k] = db[c];
-    }
-#pragma unroll
-    for (int k = 0; k < kLoads; ++k) {
-      uint32_t so[4], sd[4], mo[4], md[4];  // what this lane sends (the partner's row) and keeps (its own)
-      const uint32_t* a_o = &xo[0][k].x, *a_d = &xd[0][k].x, *b_o = &xo[1][k].x, *b_d = &xd[1][k].x;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        so[w] = par ? a_o[w] : b_o[w];
-        sd[w] = par ? a_d[w] : b_d[w];
-        mo[w] = par ? b_o[w] : a_o[w];
-        md[w] = par ? b_d[w] : a_d[w];
-      }
-      uint32_t ro[4], rd[4];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        ro[w] = __shfl_xor_sync(0xffffffffu, so[w], 1);
-        rd[w] = __shfl_xor_sync(0xffffffffu, sd[w], 1);
-      }
-      // Chunk 2 k of the own row, then 2 k + 1: lane 2m read the even one itself, lane 2m + 1 the odd one.
-#pragma unroll
-      for (int w = 0; w < 4; ++w) add_word(par ? ro[w] : mo[w], par ? rd[w] : md[w]);
-#pragma unroll
-      for (int w = 0; w < 4; ++w) add_word(par ? mo[w] : ro[w], par ? md[w] : rd[w]);
-    }
   }
-  if (own < total) p.delta[out] = acc;
+  p.delta[out_row[r]] = acc;
 }
 
 // Dynamic shared memory: sK, sQ (rows, D+1), sV, sdO (rows, D+1), sP, sdS (BQ, BK+1), sL, sDelta (BQ).

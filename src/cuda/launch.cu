@@ -989,19 +989,28 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
   constexpr int kPost = 256;
   const int64_t rows = p.B * p.H * p.Nq;
   if (!fp32 && rows_aligned(o) && rows_aligned(dout)) {
-    const auto grid = static_cast<unsigned>((rows + detail::kPreThreads - 1) / detail::kPreThreads);
+    const auto grid = static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows);
     // v3.40 (session 32): a kernel runs ~3% slower, in cycles and over its whole length, when the SMs were not
     // reconfigured between it and the kernel before it (L1 / shared-memory carveout): gproj's main kernel right after
-    // a preprocess in the same 228 KB configuration took 669k cycles a CTA against 651k after a kernel with no
-    // shared memory (perf-notes, session 32, runs 1-4). The preprocess (v3.45) uses no shared memory and asks for
-    // the smallest carveout, so it runs with the most L1 and every main kernel after it (195-220 KB at D = 128)
-    // finds its SMs reconfigured. A hint to the driver, not a guarantee: if it is not taken, the kernels are as
+    // this preprocess (both in the 228 KB configuration: it needs 220 KB of shared memory, and the driver gives the
+    // preprocess, 35 KB a CTA, that configuration by default) took 669k cycles a CTA against 651k after a kernel with
+    // no shared memory (perf-notes, session 32, runs 1-4). Where gproj's main kernel needs that configuration
+    // (D = 128), the preprocess asks for 85% of it, which the driver serves with the 196 KB configuration: 5 of its
+    // CTAs an SM (v3.45d; v3.40's 50% gave 132 KB and 3 CTAs, 61 µs against 45: session 38, run 4). Baseline's main
+    // kernel (195 KB, the 196 KB configuration) was measured fast after the default and slow after the preprocess in
+    // 196 KB, so it keeps the default. A hint to the driver, not a guarantee: if it is not taken, the kernels are as
     // fast as before v3.40.
-    const auto pre = p.D == 64 ? detail::bwd_preprocess_vec_kernel<64> : detail::bwd_preprocess_vec_kernel<128>;
-    if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 0) != cudaSuccess) {
-      return last_error("backward preprocess carveout");
+    if (p.D == 64) {
+      detail::bwd_preprocess_vec_kernel<64><<<grid, detail::kPreThreads, 0, st>>>(kp);
+    } else if (thresh && wg_version >= 2) {
+      if (cudaFuncSetAttribute(detail::bwd_preprocess_vec_kernel<128, true>,
+                               cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
+        return last_error("backward preprocess carveout");
+      }
+      detail::bwd_preprocess_vec_kernel<128, true><<<grid, detail::kPreThreads, 0, st>>>(kp);
+    } else {
+      detail::bwd_preprocess_vec_kernel<128><<<grid, detail::kPreThreads, 0, st>>>(kp);
     }
-    pre<<<grid, detail::kPreThreads, 0, st>>>(kp);
   } else {
     detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   }

@@ -26,12 +26,12 @@ __global__ void bwd_preprocess_kernel(const KernelParams p) {
 // The same delta from BF16 O and dO with 16-byte aligned rows: a CTA stages 64 rows of each in shared memory
 // with 16-byte loads (coalesced: a warp's load instruction covers two whole rows), then one thread per row sums
 // them in the same order. Rows are padded to an odd word count (no bank conflicts). v3.45d (session 38): the rows in
-// memory order and each row's offsets formed once (below); 41 µs at D = 128, N = 4k with 6 CTAs an SM, 72% of
-// DRAM's peak (45 before; a register-only form without shared memory, v3.45b, took 47: 2 CTAs an SM by its
-// registers and 4x the L2 requests; perf-notes, session 38, run 4).
+// memory order and each row's offsets formed once (below); 41-45 µs at D = 128, N = 4k with 6 CTAs an SM, 72-75% of
+// DRAM's peak (45-49 before; a register-only form without shared memory, v3.45b, took 47: 2 CTAs an SM by its
+// registers and 4x the L2 requests; perf-notes, session 38, runs 4-6).
 constexpr int kPreRows = 64, kPreThreads = 256;
-// kApart: the same kernel, launched with a smaller preferred shared-memory carveout than the 228 KB that gproj's main
-// kernel needs at D = 128, so that the SMs are reconfigured between the two (launch.cu, v3.40, v3.45d).
+// kApart: the same kernel, launched with its own preferred shared-memory carveout so that the SMs are reconfigured
+// between it and gproj's main kernel (launch.cu: v3.40, v3.45d at D = 128, v3.45e at D = 64).
 template <int D, bool kApart = false>
 __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
   constexpr int kWords = D / 2 + 1, kChunks = D / 8;

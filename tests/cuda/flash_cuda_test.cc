@@ -571,7 +571,7 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
   }
 }
 
-// v3.45b: the delta preprocess takes its rows in memory order: (b, i, h) for the (B, N, H, D) layout, (b, h, i)
+// Since v3.45b the delta preprocess takes its rows in memory order: (b, i, h) for the (B, N, H, D) layout, (b, h, i)
 // where O's heads lie further apart than its positions. O and dO stored heads-major (element (i, h, d) at
 // (h Nq + i) D + d) must give the bits of the dense layout: dK and dV bit for bit (baseline's main kernel stores them
 // from registers, and delta enters every element), dQ within its atomics' spread. H = 3 and Nq = 200 put row pairs

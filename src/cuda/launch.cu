@@ -1000,25 +1000,20 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
     // kernel (195 KB, the 196 KB configuration) was measured fast after the default and slow after the preprocess in
     // 196 KB, so it keeps the default. A hint to the driver, not a guarantee: if it is not taken, the kernels are as
     // fast as before v3.40.
-    if (p.D == 64 && thresh && wg_version >= 2) {
-      // gproj's D = 64 main kernel (153 KB) runs in the 164 KB configuration, which the driver also gives this
-      // preprocess (18 KB a CTA) by default: at 100% it runs in 228 KB (8 CTAs an SM either way). (Session 38, run 5:
-      // gproj's D = 64 backward was 17-30 µs slower after the preprocess in 164 KB.)
-      if (cudaFuncSetAttribute(detail::bwd_preprocess_vec_kernel<64, true>,
-                               cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess) {
+    // gproj's D = 64 main kernel (153 KB) runs in the 164 KB configuration, which the driver also gives the
+    // preprocess (18 KB a CTA) by default: at 100% it runs in 228 KB, 8 CTAs an SM either way (session 38, run 5:
+    // gproj's D = 64 backward was 17-30 µs slower after the preprocess in 164 KB).
+    if (thresh && wg_version >= 2) {
+      const auto apart = p.D == 64 ? detail::bwd_preprocess_vec_kernel<64, true>
+                                   : detail::bwd_preprocess_vec_kernel<128, true>;
+      if (cudaFuncSetAttribute(apart, cudaFuncAttributePreferredSharedMemoryCarveout, p.D == 64 ? 100 : 85) !=
+          cudaSuccess) {
         return last_error("backward preprocess carveout");
       }
-      detail::bwd_preprocess_vec_kernel<64, true><<<grid, detail::kPreThreads, 0, st>>>(kp);
-    } else if (p.D == 64) {
-      detail::bwd_preprocess_vec_kernel<64><<<grid, detail::kPreThreads, 0, st>>>(kp);
-    } else if (thresh && wg_version >= 2) {
-      if (cudaFuncSetAttribute(detail::bwd_preprocess_vec_kernel<128, true>,
-                               cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
-        return last_error("backward preprocess carveout");
-      }
-      detail::bwd_preprocess_vec_kernel<128, true><<<grid, detail::kPreThreads, 0, st>>>(kp);
+      apart<<<grid, detail::kPreThreads, 0, st>>>(kp);
     } else {
-      detail::bwd_preprocess_vec_kernel<128><<<grid, detail::kPreThreads, 0, st>>>(kp);
+      const auto pre = p.D == 64 ? detail::bwd_preprocess_vec_kernel<64> : detail::bwd_preprocess_vec_kernel<128>;
+      pre<<<grid, detail::kPreThreads, 0, st>>>(kp);
     }
   } else {
     detail::bwd_preprocess_kernel<<<static_cast<unsigned>((rows + kPost - 1) / kPost), kPost, 0, st>>>(kp);

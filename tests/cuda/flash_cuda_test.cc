@@ -501,6 +501,30 @@ struct DeviceScratch {
   }
 };
 
+// A one-batch problem of the launch API's tests: 1/sqrt(D) scaling, thresh-lowrank as the projection.
+cuda::Problem one_batch_problem(int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, Variant var, bool causal) {
+  cuda::Problem p;
+  p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = H, p.Hkv = Hkv, p.D = D;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  p.params = test::params_for(var, Projection::kThreshLowRank);
+  p.params.causal = causal;
+  return p;
+}
+
+// A state's Q, K, V and dO on the device (dense (1, N, H, D) views), with room for the forward's O and LSE.
+struct DeviceInputs {
+  cuda::DeviceTensor q, k, v, dout, o, lse;
+};
+DeviceInputs upload_inputs(DeviceScratch& mem, const AttentionState& s, int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv,
+                           int64_t D) {
+  DeviceInputs in;
+  in.q = mem.upload(s.q, Nq, H, D), in.k = mem.upload(s.k, Nk, Hkv, D), in.v = mem.upload(s.v, Nk, Hkv, D);
+  in.dout = mem.upload(s.dout, Nq, H, D);
+  in.o = dense_view(mem.alloc(static_cast<size_t>(Nq * H * D) * 2), Nq, H, D);
+  in.lse.data = mem.alloc(static_cast<size_t>(H * Nq) * 4);
+  return in;
+}
+
 // One BF16 output of two runs that should agree: bit for bit (a zero's sign aside), or, where it comes from FP32
 // atomics whose order varies (`atomics`), each element within one BF16 unit of the other (2^-7 of it), so that
 // the difference's norm is at most 2^-7 of the output's.
@@ -535,17 +559,10 @@ TEST(Cuda, DirectDkDvStoresGiveThePostprocessBits) {
     const size_t n = static_cast<size_t>(Nq * H * D);  // elements of each (1, N, H, D) tensor
     DeviceScratch mem;
     const auto dense = [&](void* ptr) { return dense_view(ptr, Nq, H, D); };
-    const cuda::DeviceTensor q = mem.upload(s.q, Nq, H, D), k = mem.upload(s.k, Nk, H, D),
-                             v = mem.upload(s.v, Nk, H, D), dout = mem.upload(s.dout, Nq, H, D),
-                             o = dense(mem.alloc(n * 2));
-    cuda::DeviceTensor lse, none;
-    lse.data = mem.alloc(H * Nq * 4);
+    const auto [q, k, v, dout, o, lse] = upload_inputs(mem, s, Nq, Nk, H, H, D);
+    const cuda::DeviceTensor none;
     for (Variant var : {Variant::kBaseline, Variant::kGproj}) {
-      cuda::Problem p;
-      p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = p.Hkv = H, p.D = D;
-      p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
-      p.params = test::params_for(var, Projection::kThreshLowRank);
-      p.params.causal = true;
+      const cuda::Problem p = one_batch_problem(Nq, Nk, H, H, D, var, true);
       ASSERT_TRUE(cuda::forward(p, q, k, v, o, lse, none, nullptr).ok);
       std::vector<uint16_t> out[2][2];  // [aligned, 8 bytes past][dK, dV]
       for (int shift : {0, 8}) {
@@ -583,15 +600,9 @@ TEST(Cuda, HeadsMajorOAndDoutGiveTheDenseLayoutsBits) {
     const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, H, D, false, 93));
     const size_t n = static_cast<size_t>(Nq * H * D), nkv = static_cast<size_t>(Nk * H * D);
     DeviceScratch mem;
-    const cuda::DeviceTensor q = mem.upload(s.q, Nq, H, D), k = mem.upload(s.k, Nk, H, D),
-                             v = mem.upload(s.v, Nk, H, D), dout = mem.upload(s.dout, Nq, H, D),
-                             o = dense_view(mem.alloc(n * 2), Nq, H, D);
-    cuda::DeviceTensor lse, none;
-    lse.data = mem.alloc(H * Nq * 4);
-    cuda::Problem p;
-    p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = p.Hkv = H, p.D = D;
-    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
-    p.params = test::params_for(Variant::kBaseline, Projection::kThreshLowRank);
+    const auto [q, k, v, dout, o, lse] = upload_inputs(mem, s, Nq, Nk, H, H, D);
+    const cuda::DeviceTensor none;
+    const cuda::Problem p = one_batch_problem(Nq, Nk, H, H, D, Variant::kBaseline, false);
     ASSERT_TRUE(cuda::forward(p, q, k, v, o, lse, none, nullptr).ok);
     // Heads-major copies of O and dO.
     const auto heads_major = [&](const cuda::DeviceTensor& t) {
@@ -642,19 +653,12 @@ TEST(Cuda, WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators) {
       const AttentionState s = make_synthetic(synthetic_spec(Nq, Nk, H, Hkv, D, true, 92));
       const size_t n = static_cast<size_t>(Nq * H * D), nkv = static_cast<size_t>(Nk * Hkv * D);
       DeviceScratch mem;
-      const cuda::DeviceTensor q = mem.upload(s.q, Nq, H, D), k = mem.upload(s.k, Nk, Hkv, D),
-                               v = mem.upload(s.v, Nk, Hkv, D), dout = mem.upload(s.dout, Nq, H, D),
-                               o = dense_view(mem.alloc(n * 2), Nq, H, D);
-      cuda::DeviceTensor lse, none;
-      lse.data = mem.alloc(H * Nq * 4);
+      const auto [q, k, v, dout, o, lse] = upload_inputs(mem, s, Nq, Nk, H, Hkv, D);
+      const cuda::DeviceTensor none;
       for (int form = 0; form < 4; ++form) {  // baseline, gproj; each without and with causal masking
         const Variant var = form < 2 ? Variant::kBaseline : Variant::kGproj;
         const bool causal = form % 2 != 0;
-        cuda::Problem p;
-        p.B = 1, p.Nq = Nq, p.Nk = Nk, p.H = H, p.Hkv = Hkv, p.D = D;
-        p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
-        p.params = test::params_for(var, Projection::kThreshLowRank);
-        p.params.causal = causal;
+        const cuda::Problem p = one_batch_problem(Nq, Nk, H, Hkv, D, var, causal);
         ASSERT_TRUE(cuda::forward(p, q, k, v, o, lse, none, nullptr).ok);
         const size_t full = cuda::backward_workspace_bytes(p), acc = sizeof(float) * static_cast<size_t>(H * Nk * D);
         for (int shift : {0, 8}) {

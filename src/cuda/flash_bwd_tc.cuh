@@ -62,9 +62,11 @@ __device__ __forceinline__ void warp_atb(float (&acc)[D / 8][4], const bf16_t* t
   }
 }
 
+// On sm_90 as PTX `red` (no return value): atomicAdd(float2 *) gives `atom` with results nobody reads, which ptxas
+// kept as a returning ATOMG in the thresh-lowrank main kernel's record (session 39) while it made REDG elsewhere.
 __device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
 #else
   atomicAdd(dst, x);
   atomicAdd(dst + 1, y);
@@ -80,7 +82,9 @@ __device__ __forceinline__ void atomic_add_vec(float* dst, const float (&x)[kV])
     atomic_add2(dst, x[0], x[1]);
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    atomicAdd(reinterpret_cast<float4*>(dst), make_float4(x[0], x[1], x[2], x[3]));
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(x[0]), "f"(x[1]), "f"(x[2]),
+                 "f"(x[3])
+                 : "memory");
 #else
     for (int e = 0; e < 4; ++e) atomicAdd(dst + e, x[e]);
 #endif

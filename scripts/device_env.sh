@@ -94,6 +94,20 @@ ab_summary() {
     sort
 }
 
+# ab_overhead FILE...: from the same rows, each build's backward overhead over baseline's, round by round: one line
+# per N, D, causal, input kind and build (variant AB_VARIANT, default gproj-fb), "r1:+11.2% r2:+11.5%". The ratio of
+# two rows timed in the same round, which is what the bar measures; baseline's own time moves by ~1% between
+# builds whose kernels are the same (session 39, runs 3-4), more than most candidates change the overhead.
+ab_overhead() {
+  grep -hE '^(baseline|gproj|base-|fwdfix)' "$@" |
+    awk -v v="${AB_VARIANT:-gproj-fb}" '{k=$2" "$3" "$4" "$9" "$11" "$10}
+      $1 == "baseline" {b[k] = $6} $1 == v {g[k] = $6}
+      END {for (k in g) if (k in b) printf "%s %s %+.1f%%\n", v, k, 100 * (g[k] / b[k] - 1)}' |
+    sort -k2,2n -k3,3n -k4,4 -k5,5 -k6,6 -k7,7V |
+    awk '{k=$1" "$2" "$3" "$4" "$5" "$6; if (!(k in o)) n[++c] = k; o[k] = o[k]" "$7":"$8}
+      END {for (i = 1; i <= c; ++i) print n[i], "bwd overhead" o[n[i]]}'
+}
+
 # candidate_tests_report DIR T0: scripts/device_candidate_tests.sh into DIR (logs, summary.txt), then the lines the
 # run scripts print after it: its status and the seconds since T0 (a `date +%s`), the summary, the C++ suite's
 # failures. Returns the tests' status. (Each run script of sessions 17-21 wrote these five lines out.)

@@ -286,6 +286,32 @@ def test_ab_summary_lines_up_the_rounds(tmp_path):
                                      "gproj 128 no gaussian bbb fwd  1.373 1.370 bwd  3.374 3.392"]
 
 
+def test_ab_overhead_gives_each_builds_overhead_round_by_round(tmp_path):
+    rows = tmp_path / "ab.txt"
+    rows.write_text(
+        "# NVIDIA H200; builds: aaa bbb\n"
+        "baseline    4096  128     no     1.000     2.000     1.0     1.0  gaussian  r1  aaa\n"
+        "gproj-fb    4096  128     no     1.100     2.200     1.0     1.0  gaussian  r1  aaa\n"
+        "baseline    4096  128     no     1.000     2.500     1.0     1.0  gaussian  r2  aaa\n"
+        "gproj-fb    4096  128     no     1.100     2.550     1.0     1.0  gaussian  r2  aaa\n"
+        "baseline    4096  128     no     1.000     2.000     1.0     1.0  gaussian  r10 aaa\n"
+        "gproj-fb    4096  128     no     1.100     1.900     1.0     1.0  gaussian  r10 aaa\n"
+        "gproj-fb    4096  128     no     1.100     2.300     1.0     1.0  gaussian  r1  bbb\n"
+        "baseline    4096  128     no     1.000     2.000     1.0     1.0  gaussian  r1  bbb\n"
+        "gproj       4096  128     no     1.100     9.000     1.0     1.0  gaussian  r1  bbb\n"
+        "gproj-fb    1024   64    yes     1.100     3.000     1.0     1.0  q4  r1  bbb\n")
+    script = f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; ab_overhead {rows}"
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # Rounds in numeric order, builds apart, other variants ignored, a row without its baseline left out.
+    assert r.stdout.splitlines() == [
+        "gproj-fb 4096 128 no gaussian aaa bwd overhead r1:+10.0% r2:+2.0% r10:-5.0%",
+        "gproj-fb 4096 128 no gaussian bbb bwd overhead r1:+15.0%"]
+    script = f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; AB_VARIANT=gproj ab_overhead {rows}"
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.stdout.splitlines() == ["gproj 4096 128 no gaussian bbb bwd overhead r1:+350.0%"], r.stderr
+
+
 def test_candidate_tests_report_prints_status_summary_and_failures(tmp_path):
     # A stand-in for device_candidate_tests.sh that writes a summary and a failing C++ suite's log, exit status 1.
     (tmp_path / "scripts").mkdir()

@@ -1,8 +1,8 @@
 # The GPU machine's scripts (scripts/device_*.sh and the rest of scripts/*.sh): they only run there, so here every
 # one is at least parsed by bash, and device_bench_ab.sh's refusals of a bad BENCHES list (which it checks before it
-# touches a GPU), pack_bench.sh's usage error, and device_candidate_tests.sh's refusal of a build of another commit
-# and its pass / fail status (with stand-ins for the GPU binaries and compute-sanitizer) are run. Part of
-# scripts/python_test.sh.
+# touches a GPU), device_candidate_ab.sh's refusals of a bad call, pack_bench.sh's usage error, and
+# device_candidate_tests.sh's refusal of a build of another commit and its pass / fail status (with stand-ins for
+# the GPU binaries and compute-sanitizer) are run. Part of scripts/python_test.sh.
 import os
 import shutil
 import subprocess
@@ -268,6 +268,36 @@ def test_candidate_tests_run_every_check_and_report_a_failure(tmp_path):
         "== gproj check --stats-from forward --device all"]
     assert "rc=9" in summary[2] and "1 hazard" in summary[2]
     assert "rc=0" in summary[0] and "rc=0" in summary[1] and "rc=0" in summary[5]
+
+
+def run_candidate_ab(tmp_path, args, env_extra):
+    """device_candidate_ab.sh in a copy of the scripts it needs; its refusals come before any GPU work."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True, exist_ok=True)
+    for name in ("device_candidate_ab.sh", "device_env.sh", "device_bench_ab.sh"):
+        shutil.copy(ROOT / "scripts" / name, tree / "scripts" / name)
+    env = dict(os.environ, OUT=str(tmp_path / "out"), **env_extra)
+    return subprocess.run(["bash", str(tree / "scripts" / "device_candidate_ab.sh"), *args], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=60), tree
+
+
+def test_candidate_ab_refuses_a_bad_call(tmp_path):
+    r, tree = run_candidate_ab(tmp_path, [], {"CANDIDATE": ".pb", "REFERENCE": ".ab"})
+    assert r.returncode == 2 and "usage:" in r.stderr
+    r, tree = run_candidate_ab(tmp_path, ["run/2"], {"CANDIDATE": ".pb", "REFERENCE": ".ab"})
+    assert r.returncode == 2 and "plain file name" in r.stderr
+    r, tree = run_candidate_ab(tmp_path, ["r2"], {"CANDIDATE": "", "REFERENCE": ".ab"})
+    assert r.returncode == 2 and "usage:" in r.stderr
+    r, tree = run_candidate_ab(tmp_path, ["r2"], {"CANDIDATE": ".pb", "REFERENCE": ".ab"})
+    assert r.returncode == 2 and ".pb/pack.tar.xz is missing" in r.stderr
+    (tree / ".pb").mkdir()
+    (tree / ".pb" / "pack.tar.xz").write_bytes(b"")
+    (tree / ".pb" / "COMMIT").write_text("abc\n")
+    (tree / ".ab").mkdir()
+    (tree / ".ab" / "COMMIT").write_text("def\n")
+    r, tree = run_candidate_ab(tmp_path, ["r2"], {"CANDIDATE": ".pb", "REFERENCE": ".ab"})
+    assert r.returncode == 2 and ".ab has neither bench.tar.xz nor pack.tar.xz" in r.stderr
+    assert not (tmp_path / "out").exists()  # nothing was started
 
 
 def test_ab_summary_lines_up_the_rounds(tmp_path):

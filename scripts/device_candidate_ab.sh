@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One device command for a kernel candidate against a reference build (what session 39's runs 2-4 did, each
+# written out as its own script): the candidate's GPU tests, compute-sanitizer memcheck on the small cases and the
+# audit with gproj's dQ / dK bound of 0.5%; then both builds' cuda_attention_bench rows side by side
+# (scripts/device_bench_ab.sh), the rows per round (ab_summary), each build's backward overhead over baseline's per
+# round (ab_overhead) and, with NCU=1, one backward's kernel times. Device tool, from the repository root:
+#   CANDIDATE=.pb_x REFERENCE=.ab_y bash scripts/device_candidate_ab.sh NAME
+# carrying .deps, CANDIDATE and REFERENCE. CANDIDATE holds pack.tar.xz (bin/cuda_tests, bin/gproj,
+# bin/cuda_attention_bench; stripped) and COMMIT; REFERENCE a bench.tar.xz or pack.tar.xz and COMMIT (bench/README).
+# SHAPES, INPUTS, ONLY, ROUNDS, NCU, NCU_ONLY pass on to device_bench_ab.sh (defaults here: D = 128 and 64 at
+# N = 4k, Gaussian and q x 4 rows, baseline and gproj-fb, two rounds, NCU=1 for gproj-fb). Everything goes to
+# $OUT/NAME and then $OUT/NAME.tgz. Exit status: 0 when the candidate's checks passed, 1 when one failed, 2 for a
+# usage or setup error (the rows still run after a failed check: they say what it would cost).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+usage="usage: CANDIDATE=<pack dir> REFERENCE=<bench or pack dir> $0 NAME"
+[ $# -eq 1 ] || { echo "$usage" >&2; exit 2; }
+name=$1
+[[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] ||
+  { echo "device_candidate_ab: NAME '$name' must be a plain file name" >&2; exit 2; }
+cand=${CANDIDATE:-} ref=${REFERENCE:-}
+[ -n "$cand" ] && [ -n "$ref" ] || { echo "$usage" >&2; exit 2; }
+for f in "$cand/pack.tar.xz" "$cand/COMMIT" "$ref/COMMIT"; do
+  [ -f "$f" ] || { echo "device_candidate_ab: $f is missing (carry $cand and $ref)" >&2; exit 2; }
+done
+[ -f "$ref/bench.tar.xz" ] || [ -f "$ref/pack.tar.xz" ] ||
+  { echo "device_candidate_ab: $ref has neither bench.tar.xz nor pack.tar.xz" >&2; exit 2; }
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-16}" OMP_WAIT_POLICY=passive
+out="${OUT:-/tmp/gproj-out}/$name"
+mkdir -p "$out" || exit 2
+source scripts/device_env.sh
+t0=$(date +%s)
+commit=$(cat "$cand/COMMIT")
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$out/env.txt" 2>&1
+bin=$(mktemp -d)
+tar xJf "$cand/pack.tar.xz" -C "$bin" || { echo "device_candidate_ab: cannot unpack $cand/pack.tar.xz" >&2; exit 2; }
+failed=0
+timeout 150 "$bin/bin/cuda_tests" >"$out/cuda_tests.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || failed=1
+echo "cuda_tests ($commit): rc=$rc $(python3 scripts/gtest_triage.py "$out/cuda_tests.log")" \
+  "at $(( $(date +%s) - t0 )) s"
+run_sanitizers "$out" "$bin/bin/cuda_tests" "$small_cases" memcheck || failed=1
+timeout 100 "$bin/bin/gproj" check --suite stress --device all --quiet --json "$out/check.json" \
+  --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check.txt" 2>&1
+rc=$?
+[ $rc -eq 0 ] || failed=1
+echo "gproj check --device all ($commit): rc=$rc at $(( $(date +%s) - t0 )) s; $(tail -1 "$out/check.txt")"
+BENCHES="$ref $cand" SHAPES="${SHAPES:-128:4096:0 128:4096:1 64:4096:0}" INPUTS="${INPUTS:-gaussian q4}" \
+  ONLY="${ONLY:-baseline gproj-fb}" ROUNDS="${ROUNDS:-2}" NCU="${NCU:-1}" NCU_ONLY="${NCU_ONLY:-gproj-fb}" \
+  OUT="$out/ab" timeout 420 bash scripts/device_bench_ab.sh > "$out/ab.log" 2>&1
+rc=$?
+echo "rows done at $(( $(date +%s) - t0 )) s (rc=$rc)"
+[ $rc -eq 0 ] || tail -5 "$out/ab.log"
+ab_summary "$out/ab/ab.txt"
+ab_overhead "$out/ab/ab.txt"
+[ -f "$out/ab/ab_ncu.txt" ] && grep -E "^==|flash_bwd_wg|thresh_dq|bwd_postprocess|bwd_preprocess" "$out/ab/ab_ncu.txt"
+rm -rf "$bin"
+tar czf "$out.tgz" -C "$(dirname "$out")" "$name" && rm -rf "$out"
+exit $failed

@@ -3,10 +3,12 @@
 # written out as its own script): the candidate's GPU tests, compute-sanitizer memcheck on the small cases and the
 # audit with gproj's dQ / dK bound of 0.5%; then both builds' cuda_attention_bench rows side by side
 # (scripts/device_bench_ab.sh), the rows per round (ab_summary), each build's backward overhead over baseline's per
-# round (ab_overhead) and, with NCU=1, one backward's kernel times. Device tool, from the repository root:
+# round (ab_overhead, for each variant of ONLY but baseline) and, with NCU=1, one backward's kernel times. Device
+# tool, from the repository root:
 #   CANDIDATE=.pb_x REFERENCE=.ab_y bash scripts/device_candidate_ab.sh NAME
 # carrying .deps, CANDIDATE and REFERENCE. CANDIDATE holds pack.tar.xz (bin/cuda_tests, bin/gproj,
-# bin/cuda_attention_bench; stripped) and COMMIT; REFERENCE a bench.tar.xz or pack.tar.xz and COMMIT (bench/README).
+# bin/cuda_attention_bench; stripped) and COMMIT (scripts/pack_candidate.sh); REFERENCE a bench.tar.xz
+# (scripts/pack_bench.sh) or pack.tar.xz, and COMMIT.
 # SHAPES, INPUTS, ONLY, ROUNDS, NCU, NCU_ONLY pass on to device_bench_ab.sh (defaults here: D = 128 and 64 at
 # N = 4k, Gaussian and q x 4 rows, baseline and gproj-fb, two rounds, NCU=1 for gproj-fb). Everything goes to
 # $OUT/NAME and then $OUT/NAME.tgz. Exit status: 0 when the candidate's checks passed, 1 when one failed, 2 for a
@@ -46,14 +48,15 @@ timeout 100 "$bin/bin/gproj" check --suite stress --device all --quiet --json "$
 rc=$?
 [ $rc -eq 0 ] || failed=1
 echo "gproj check --device all ($commit): rc=$rc at $(( $(date +%s) - t0 )) s; $(tail -1 "$out/check.txt")"
+only=${ONLY:-baseline gproj-fb}
 BENCHES="$ref $cand" SHAPES="${SHAPES:-128:4096:0 128:4096:1 64:4096:0}" INPUTS="${INPUTS:-gaussian q4}" \
-  ONLY="${ONLY:-baseline gproj-fb}" ROUNDS="${ROUNDS:-2}" NCU="${NCU:-1}" NCU_ONLY="${NCU_ONLY:-gproj-fb}" \
+  ONLY="$only" ROUNDS="${ROUNDS:-2}" NCU="${NCU:-1}" NCU_ONLY="${NCU_ONLY:-gproj-fb}" \
   OUT="$out/ab" timeout 420 bash scripts/device_bench_ab.sh > "$out/ab.log" 2>&1
 rc=$?
 echo "rows done at $(( $(date +%s) - t0 )) s (rc=$rc)"
 [ $rc -eq 0 ] || tail -5 "$out/ab.log"
 ab_summary "$out/ab/ab.txt"
-ab_overhead "$out/ab/ab.txt"
+for v in $only; do [ "$v" = baseline ] || AB_VARIANT=$v ab_overhead "$out/ab/ab.txt"; done
 [ -f "$out/ab/ab_ncu.txt" ] && grep -E "^==|flash_bwd_wg|thresh_dq|bwd_postprocess|bwd_preprocess" "$out/ab/ab_ncu.txt"
 rm -rf "$bin"
 tar czf "$out.tgz" -C "$(dirname "$out")" "$name" && rm -rf "$out"

@@ -1,8 +1,8 @@
 # The GPU machine's scripts (scripts/device_*.sh and the rest of scripts/*.sh): they only run there, so here every
 # one is at least parsed by bash, and device_bench_ab.sh's refusals of a bad BENCHES list (which it checks before it
-# touches a GPU), device_candidate_ab.sh's refusals of a bad call, pack_bench.sh's usage error, and
-# device_candidate_tests.sh's refusal of a build of another commit and its pass / fail status (with stand-ins for
-# the GPU binaries and compute-sanitizer) are run. Part of scripts/python_test.sh.
+# touches a GPU), device_candidate_ab.sh's and pack_candidate.sh's refusals of a bad call, pack_bench.sh's usage
+# error, and device_candidate_tests.sh's refusal of a build of another commit and its pass / fail status (with
+# stand-ins for the GPU binaries and compute-sanitizer) are run. Part of scripts/python_test.sh.
 import os
 import shutil
 import subprocess
@@ -298,6 +298,13 @@ def test_candidate_ab_refuses_a_bad_call(tmp_path):
     r, tree = run_candidate_ab(tmp_path, ["r2"], {"CANDIDATE": ".pb", "REFERENCE": ".ab"})
     assert r.returncode == 2 and ".ab has neither bench.tar.xz nor pack.tar.xz" in r.stderr
     assert not (tmp_path / "out").exists()  # nothing was started
+
+
+def test_pack_candidate_refuses_a_bad_call():
+    for args, message in (([], "usage:"), (["foo"], "must be .pb_NAME"), ([".pb_a/b"], "must be .pb_NAME")):
+        r = subprocess.run(["bash", str(ROOT / "scripts" / "pack_candidate.sh"), *args], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
 
 
 def test_ab_summary_lines_up_the_rounds(tmp_path):

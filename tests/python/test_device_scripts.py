@@ -307,6 +307,12 @@ def test_pack_candidate_refuses_a_bad_call():
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
 
 
+def device_env_call(tmp_path, call):
+    """`call` (a shell command line) with scripts/device_env.sh's functions loaded, in tmp_path."""
+    script = f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; {call}"
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
 def test_ab_summary_lines_up_the_rounds(tmp_path):
     rows = tmp_path / "ab.txt"
     rows.write_text(
@@ -315,8 +321,7 @@ def test_ab_summary_lines_up_the_rounds(tmp_path):
         "gproj       4096  128     no     1.373     3.374     400.3     407.3  gaussian  r1  bbb\n"
         "gproj       4096  128     no     1.366     3.510     402.3     391.5  gaussian  r1  aaa\n"
         "baseline    4096  128    yes     0.693     1.713     396.6     401.3  gaussian  r1  aaa\n")
-    script = f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; ab_summary {rows}"
-    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = device_env_call(tmp_path, f"ab_summary {rows}")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["baseline 128 yes gaussian aaa fwd  0.693 bwd  1.713",
                                      "gproj 128 no gaussian aaa fwd  1.366 bwd  3.510",
@@ -337,15 +342,13 @@ def test_ab_overhead_gives_each_builds_overhead_round_by_round(tmp_path):
         "baseline    4096  128     no     1.000     2.000     1.0     1.0  gaussian  r1  bbb\n"
         "gproj       4096  128     no     1.100     9.000     1.0     1.0  gaussian  r1  bbb\n"
         "gproj-fb    1024   64    yes     1.100     3.000     1.0     1.0  q4  r1  bbb\n")
-    script = f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; ab_overhead {rows}"
-    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = device_env_call(tmp_path, f"ab_overhead {rows}")
     assert r.returncode == 0, r.stderr
     # Rounds in numeric order, builds apart, other variants ignored, a row without its baseline left out.
     assert r.stdout.splitlines() == [
         "gproj-fb 4096 128 no gaussian aaa bwd overhead r1:+10.0% r2:+2.0% r10:-5.0%",
         "gproj-fb 4096 128 no gaussian bbb bwd overhead r1:+15.0%"]
-    script = f"source {ROOT / 'scripts' / 'device_env.sh'} >/dev/null 2>&1; AB_VARIANT=gproj ab_overhead {rows}"
-    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = device_env_call(tmp_path, f"AB_VARIANT=gproj ab_overhead {rows}")
     assert r.stdout.splitlines() == ["gproj 4096 128 no gaussian bbb bwd overhead r1:+350.0%"], r.stderr
 
 

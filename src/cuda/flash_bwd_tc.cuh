@@ -77,6 +77,16 @@ __device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
 #endif
 }
 
+// One float added without a return value (PTX `red` on sm_90, as atomic_add2): ptxas kept the forward-statistics
+// form's scalar r_i atomicAdds as returning ATOMGs (session 39).
+__device__ __forceinline__ void atomic_add1(float* dst, float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x) : "memory");
+#else
+  atomicAdd(dst, x);
+#endif
+}
+
 // kV = 2 or 4 consecutive floats added with one vector atomic (sm_90; dst aligned to 4 kV bytes), element by
 // element before sm_90.
 template <int kV>

@@ -10,7 +10,7 @@
 // tests/cuda/flash_cuda_test.cc (WgmmaBackward*).
 #pragma once
 
-#include "cuda/flash_bwd_tc.cuh"  // atomic_add2, store_dk_dv
+#include "cuda/flash_bwd_tc.cuh"  // atomic_add1, atomic_add2, store_dk_dv
 #include "cuda/flash_fwd_wg.cuh"  // load_sw128_async, kWgThreads
 #include "cuda/kernel_common.cuh"
 #include "cuda/mma.cuh"
@@ -777,8 +777,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         if (kRecord && row_a < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_a) * kLowRank + 2 * tq, st16[0], st16[1]);
         if (kRecord && row_b < p.Nq) atomic_add2(p.pku + (bh * p.Nq + row_b) * kLowRank + 2 * tq, st16[2], st16[3]);
         if (kFwdStats && with_r && tq == 0) {  // r_i: column 64 of the n72 block (every ones column holds it)
-          if (row_a < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_a) * kLowRank + kStatR, dqa[32]);
-          if (row_b < p.Nq) atomicAdd(p.pku + (bh * p.Nq + row_b) * kLowRank + kStatR, dqa[34]);
+          if (row_a < p.Nq) atomic_add1(p.pku + (bh * p.Nq + row_a) * kLowRank + kStatR, dqa[32]);
+          if (row_b < p.Nq) atomic_add1(p.pku + (bh * p.Nq + row_b) * kLowRank + kStatR, dqa[34]);
         }
         if constexpr (kFwdStats)  // the claimed entries (see after the dK, dV products)
           write_claimed_entries(p, claim_c, claim_slot, dqa[0], sP + wg * BQ * 64, bh, i0, tq, key_a, w4 * 16 + g);

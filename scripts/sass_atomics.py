@@ -4,9 +4,9 @@
   python3 scripts/sass_atomics.py BINARY [--kernels REGEX] [--all]
   python3 scripts/sass_atomics.py --sass FILE [--kernels REGEX] [--all]
 
-BINARY is run through `cuobjdump -sass` (the CUDA toolkit's; $CUOBJDUMP, else PATH, else /usr/local/cuda/bin;
-without the toolkit: `pip download --no-deps nvidia-cuda-cuobjdump` and unzip the wheel); FILE is that command's
-saved output. One line per kernel with a global atomic (`--all`: also the kernels without one): the counts of each
+BINARY is run through `cuobjdump -sass` (the CUDA toolkit's: $CUOBJDUMP, else PATH, else /usr/local/cuda/bin, else
+build/tools/cuobjdump; toolkits without it, like this project's build machine's, get it with `--fetch`, which
+downloads the `nvidia-cuda-cuobjdump` and `nvidia-cuda-nvdisasm` wheels from PyPI into build/tools); FILE is that command's saved output. One line per kernel with a global atomic (`--all`: also the kernels without one): the counts of each
 atomic opcode, and the returning ones (ATOMG / ATOM) whose destination is RZ, i.e. whose value is discarded.
 
 Why: ptxas sometimes keeps an atomicAdd whose result is unused as a returning ATOMG (`ATOMG ... PT, RZ`) instead
@@ -33,11 +33,46 @@ ATOMIC = re.compile(r"^(ATOMG|ATOM|REDG|RED)(\.|$)")
 EXIT_WINDOW = 3  # instructions after a discarded-result atomic within which an EXIT makes it "at exit"
 
 
+TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "tools")
+# cuobjdump -sass runs nvdisasm from its own folder: both come from the CUDA 13 toolkit's wheels, like nvcc's.
+WHEELS = {"cuobjdump": "nvidia-cuda-cuobjdump>=13,<14", "nvdisasm": "nvidia-cuda-nvdisasm>=13,<14"}
+
+
 def find_cuobjdump():
-    for cand in (os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
+    for cand in (os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump",
+                 os.path.join(TOOLS, "cuobjdump")):
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
     return None
+
+
+def fetch_cuobjdump(tools=TOOLS, pip=(sys.executable, "-m", "pip")):
+    """cuobjdump and nvdisasm from their PyPI wheels into tools/ (each written under a temporary name, then renamed,
+    cuobjdump last); cuobjdump's path, or None with the reason on stderr."""
+    import tempfile
+    import zipfile
+    os.makedirs(tools, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=tools) as tmp:
+        for tool in ("nvdisasm", "cuobjdump"):
+            spec, into = WHEELS[tool], os.path.join(tmp, tool + ".d")
+            r = subprocess.run([*pip, "download", "--no-deps", "-q", "--disable-pip-version-check", spec, "-d", into],
+                               capture_output=True, text=True)
+            wheels = [f for f in os.listdir(into) if f.endswith(".whl")] if os.path.isdir(into) else []
+            if r.returncode != 0 or not wheels:
+                print(f"sass_atomics: pip download {spec} failed: {(r.stderr or r.stdout).strip()[-300:]}",
+                      file=sys.stderr)
+                return None
+            with zipfile.ZipFile(os.path.join(into, wheels[0])) as z:
+                members = [n for n in z.namelist() if n.endswith("/bin/" + tool)]
+                if not members:
+                    print(f"sass_atomics: no bin/{tool} in {wheels[0]}", file=sys.stderr)
+                    return None
+                part = os.path.join(tmp, tool)
+                with z.open(members[0]) as src, open(part, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            os.chmod(part, 0o755)
+            os.replace(part, os.path.join(tools, tool))
+    return os.path.join(tools, "cuobjdump")
 
 
 def parse(text):
@@ -98,6 +133,8 @@ def main(argv=None):
     ap.add_argument("--sass", help="saved `cuobjdump -sass` output instead of a binary")
     ap.add_argument("--kernels", default="", help="only kernels whose demangled name matches this regex")
     ap.add_argument("--all", action="store_true", help="also list the kernels without a global atomic")
+    ap.add_argument("--fetch", action="store_true",
+                    help="without a cuobjdump, download it from PyPI into build/tools first")
     a = ap.parse_args(argv)
     if (a.binary is None) == (a.sass is None):
         print("sass_atomics: give a BINARY or --sass FILE (one of them)", file=sys.stderr)
@@ -119,9 +156,11 @@ def main(argv=None):
             print(f"sass_atomics: no file {a.binary}", file=sys.stderr)
             return 2
         tool = find_cuobjdump()
+        if tool is None and a.fetch:
+            tool = fetch_cuobjdump()
         if tool is None:
-            print("sass_atomics: cuobjdump not found ($CUOBJDUMP, PATH, /usr/local/cuda/bin); "
-                  "pip download --no-deps nvidia-cuda-cuobjdump has it", file=sys.stderr)
+            print("sass_atomics: cuobjdump not found ($CUOBJDUMP, PATH, /usr/local/cuda/bin, build/tools); "
+                  "--fetch downloads it (the nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels)", file=sys.stderr)
             return 2
         r = subprocess.run([tool, "-sass", a.binary], capture_output=True, text=True)
         if r.returncode != 0:

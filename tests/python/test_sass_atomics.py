@@ -1,7 +1,9 @@
 # scripts/sass_atomics.py (which global atomics each kernel's SASS issues, and the returning ones whose result is
-# unused): on SASS written here in cuobjdump's layout, through a stand-in cuobjdump, and its refusals. Part of
-# scripts/python_test.sh.
+# unused): on SASS written here in cuobjdump's layout, through a stand-in cuobjdump, the download of cuobjdump with a
+# stand-in pip, and its refusals. Part of scripts/python_test.sh.
+import os
 import stat
+import sys
 
 import pytest
 
@@ -115,3 +117,37 @@ def test_without_cuobjdump_the_refusal_says_where_to_get_it(tmp_path, monkeypatc
     monkeypatch.setattr(sa, "find_cuobjdump", lambda: None)
     assert sa.main([str(binary)]) == 2
     assert "nvidia-cuda-cuobjdump" in capsys.readouterr().err
+
+
+FAKE_PIP = r'''import os, sys, zipfile
+spec, into = sys.argv[-3], sys.argv[-1]
+if "FAIL" in os.environ.get("FAKE_PIP", ""):
+    sys.exit("ERROR: No matching distribution found for " + spec)
+tool = "cuobjdump" if "cuobjdump" in spec else "nvdisasm"
+os.makedirs(into, exist_ok=True)
+with zipfile.ZipFile(os.path.join(into, "nvidia_" + tool + "-13.0-py3-none-any.whl"), "w") as z:
+    z.writestr("nvidia/cu13/bin/" + tool, "#!/bin/sh\necho " + tool + "\n")
+'''
+
+
+def test_fetch_puts_both_tools_in_place(tmp_path, monkeypatch):
+    pip = tmp_path / "pip.py"
+    pip.write_text(FAKE_PIP)
+    tools = tmp_path / "tools"
+    monkeypatch.delenv("FAKE_PIP", raising=False)
+    got = sa.fetch_cuobjdump(tools=str(tools), pip=(sys.executable, str(pip)))
+    assert got == str(tools / "cuobjdump")
+    assert sorted(os.listdir(tools)) == ["cuobjdump", "nvdisasm"]  # the temporary folder is gone
+    for tool in ("cuobjdump", "nvdisasm"):
+        assert os.access(tools / tool, os.X_OK)
+        assert (tools / tool).read_text().endswith(f"echo {tool}\n")
+
+
+def test_fetch_says_why_it_failed(tmp_path, monkeypatch, capsys):
+    pip = tmp_path / "pip.py"
+    pip.write_text(FAKE_PIP)
+    monkeypatch.setenv("FAKE_PIP", "FAIL")
+    assert sa.fetch_cuobjdump(tools=str(tmp_path / "tools"), pip=(sys.executable, str(pip))) is None
+    err = capsys.readouterr().err
+    assert "pip download nvidia-cuda-nvdisasm>=13,<14 failed" in err and "No matching distribution" in err
+    assert not (tmp_path / "tools" / "cuobjdump").exists()

@@ -78,7 +78,8 @@ __device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
 }
 
 // One float added without a return value (PTX `red` on sm_90, as atomic_add2): ptxas kept the forward-statistics
-// form's scalar r_i atomicAdds as returning ATOMGs (session 39).
+// form's scalar r_i atomicAdds as returning ATOMGs, which cost that form's D = 128 main kernel 261 µs at N = 4k
+// (v3.49, session 40; scripts/sass_atomics.py finds such atomics in a build).
 __device__ __forceinline__ void atomic_add1(float* dst, float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x) : "memory");

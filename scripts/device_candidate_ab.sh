@@ -57,7 +57,7 @@ echo "rows done at $(( $(date +%s) - t0 )) s (rc=$rc)"
 [ $rc -eq 0 ] || tail -5 "$out/ab.log"
 ab_summary "$out/ab/ab.txt"
 for v in $only; do [ "$v" = baseline ] || AB_VARIANT=$v ab_overhead "$out/ab/ab.txt"; done
-[ -f "$out/ab/ab_ncu.txt" ] && grep -E "^==|flash_bwd_wg|thresh_dq|bwd_postprocess|bwd_preprocess" "$out/ab/ab_ncu.txt"
+[ -f "$out/ab/ab_ncu.txt" ] && grep -E "^==|flash_bwd_wg|thresh_dq|thresh_dkv|bwd_postprocess|bwd_preprocess" "$out/ab/ab_ncu.txt"
 rm -rf "$bin"
 tar czf "$out.tgz" -C "$(dirname "$out")" "$name" && rm -rf "$out"
 exit $failed

@@ -3,9 +3,9 @@
 # command spends its minutes on tests and benchmarks: the CUDA C++ targets (cuda_tests, gproj,
 # cuda_attention_bench; sm_90, portable CPU flags) and the PyTorch extension with the CUDA kernels for the GPU
 # machine's Python 3.12 and torch 2.11.0+cu130 (a venv in build/venv312 with the same torch from PyPI). Both are
-# stripped and packed into .prebuilt/pack.tar.xz (40 MB of binaries travel as ~3.5 MB at xz -9; the device tool carries at
-# most 64 MiB with the working tree), beside the commit in .prebuilt/COMMIT and the four Debian runtime packages
-# the binaries load (OpenBLAS, gfortran, gomp, fmt) in .prebuilt/debs. The device tool's carry is then
+# stripped and packed into .prebuilt/pack.tar.xz (40 MB of binaries travel as ~3.5 MB at xz -9; the device tool
+# carries at most 64 MiB with the working tree), beside the commit in .prebuilt/COMMIT and the four Debian runtime
+# packages the binaries load (OpenBLAS, gfortran, gomp, fmt) in .prebuilt/debs. The device tool's carry is then
 # [".gproj_commit", ".prebuilt"]; scripts/device_env.sh unpacks it when COMMIT equals GPROJ_COMMIT (.deps, the
 # build dependencies, is needed only for a build on the machine).
 set -euo pipefail
@@ -69,8 +69,8 @@ echo "device_prebuild: $(du -sh .prebuilt | cut -f1) in .prebuilt for $commit in
 # the forward-statistics form's loop cost 261 µs until v3.49; scripts/sass_atomics.py, which fetches cuobjdump from
 # PyPI into build/tools when the toolkit lacks it). A finding is reported, not fatal (a speed hazard, not a wrong
 # result), and so is a check that could not run.
-python3 scripts/sass_atomics.py build/prebuilt/bench/cuda_attention_bench --fetch --kernels 'flash_(bwd|fwd)|thresh_dq' \
-  >build/prebuilt.sass_atomics.txt 2>&1
+python3 scripts/sass_atomics.py build/prebuilt/bench/cuda_attention_bench --fetch \
+  --kernels 'flash_(bwd|fwd)|thresh_dq' >build/prebuilt.sass_atomics.txt 2>&1
 case $? in
   0) echo "device_prebuild: $(tail -1 build/prebuilt.sass_atomics.txt)" ;;
   1) echo "device_prebuild: WARNING: $(tail -1 build/prebuilt.sass_atomics.txt); see build/prebuilt.sass_atomics.txt" ;;

@@ -6,8 +6,10 @@
 
 BINARY is run through `cuobjdump -sass` (the CUDA toolkit's: $CUOBJDUMP, else PATH, else /usr/local/cuda/bin, else
 build/tools/cuobjdump; toolkits without it, like this project's build machine's, get it with `--fetch`, which
-downloads the `nvidia-cuda-cuobjdump` and `nvidia-cuda-nvdisasm` wheels from PyPI into build/tools); FILE is that command's saved output. One line per kernel with a global atomic (`--all`: also the kernels without one): the counts of each
-atomic opcode, and the returning ones (ATOMG / ATOM) whose destination is RZ, i.e. whose value is discarded.
+downloads the `nvidia-cuda-cuobjdump` and `nvidia-cuda-nvdisasm` wheels from PyPI into build/tools); FILE is that
+command's saved output. One line per kernel with a global atomic (`--all`: also the kernels without one): the
+counts of each atomic opcode, and the returning ones (ATOMG / ATOM) whose destination is RZ, i.e. whose value is
+discarded.
 
 Why: ptxas sometimes keeps an atomicAdd whose result is unused as a returning ATOMG (`ATOMG ... PT, RZ`) instead
 of a reduction (REDG). Where it sits in a loop that can cost far more than the atomic's traffic: the forward-
@@ -29,10 +31,10 @@ import sys
 FUNCTION = re.compile(r"^\s*Function : (\S+)")
 # One SASS instruction: "/*0a40*/  @!P0 ATOMG.E.ADD.STRONG.GPU PT, R4, desc[UR4][R2.64], R5 ;"
 INSTR = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
-ATOMIC = re.compile(r"^(ATOMG|ATOM|REDG|RED)(\.|$)")
+ATOMIC = re.compile(r"^(ATOMG|ATOM|REDG|RED)(\.|$)")  # global (or generic) atomics; ATOMS (shared) is not one
+RETURNING = re.compile(r"^(ATOMG|ATOM)(\.|$)")
+PREDICATE = re.compile(r"^U?P[T0-6]$")  # a returning atomic's first operand, its predicate result
 EXIT_WINDOW = 3  # instructions after a discarded-result atomic within which an EXIT makes it "at exit"
-
-
 TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "tools")
 # cuobjdump -sass runs nvdisasm from its own folder: both come from the CUDA 13 toolkit's wheels, like nvcc's.
 WHEELS = {"cuobjdump": "nvidia-cuda-cuobjdump>=13,<14", "nvdisasm": "nvidia-cuda-nvdisasm>=13,<14"}
@@ -94,10 +96,10 @@ def parse(text):
 
 def discards_result(opcode, operands):
     """A returning atomic (ATOMG / ATOM, not ATOMS) whose destination register is RZ."""
-    if not re.match(r"^(ATOMG|ATOM)(\.|$)", opcode):
+    if not RETURNING.match(opcode):
         return False
     parts = [p.strip() for p in operands.split(",")]
-    if parts and parts[0] in ("PT", "P0", "P1", "P2", "P3", "P4", "P5", "P6"):  # the predicate result comes first
+    if parts and PREDICATE.match(parts[0]):
         parts = parts[1:]
     return bool(parts) and parts[0] == "RZ"
 
@@ -108,9 +110,10 @@ def summarize(instrs):
     for k, (op, operands) in enumerate(instrs):
         if not ATOMIC.match(op):
             continue
-        key = op + (" (result unused)" if discards_result(op, operands) else "")
+        discarded = discards_result(op, operands)
+        key = op + (" (result unused)" if discarded else "")
         counts[key] = counts.get(key, 0) + 1
-        if discards_result(op, operands):
+        if discarded:
             if any(o.startswith("EXIT") for o, _ in instrs[k + 1:k + 1 + EXIT_WINDOW]):
                 at_exit += 1
             else:

@@ -17,7 +17,7 @@ def kernel(name, body):
     lines = [f"\t\tFunction : {name}", '\t.headerflags\t@"EF_CUDA_TEXMODE_UNIFIED EF_CUDA_64BIT_ADDRESS"']
     for k, instr in enumerate(body):
         lines.append(f"        /*{16 * k:04x}*/                   {instr} ;   /* 0x000000000000 */")
-        lines.append("                                                                             /* 0x000fe20000000000 */")
+        lines.append(" " * 77 + "/* 0x000fe20000000000 */")  # cuobjdump's second line of each instruction
     return "\n".join(lines) + "\n"
 
 

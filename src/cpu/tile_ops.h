@@ -52,4 +52,36 @@ inline void round_bf16_row(float* d, const float* s, int n) {  // d may equal s
   }
 }
 
+// The value a float takes after one trip through IEEE binary16 (round to nearest even; subnormals below 2^-14 on
+// the grid of 2^-24; magnitudes from 65520 up become Inf; NaN stays NaN). Projection::kFp16LowRank's rounding
+// points: the forward's P^, dS, and the FP16 copies of Q, K, V and K U.
+inline float round_fp16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return x;  // NaN
+  if (mag >= 0x477ff000u) {         // 65520 = 65504 + half a step: rounds (to even) past the largest binary16
+    const uint32_t inf = sign | 0x7f800000u;
+    float y;
+    std::memcpy(&y, &inf, sizeof y);
+    return y;
+  }
+  if (mag < 0x38800000u) {  // below 2^-14: the subnormal grid, 2^-24; the float sum rounds to nearest even
+    float a;
+    std::memcpy(&a, &mag, sizeof a);
+    const float q = (a * 16777216.0f + 12582912.0f) - 12582912.0f;  // rint(a 2^24), exact: a 2^24 < 2^10
+    float y = q * 5.9604644775390625e-08f;                          // 2^-24
+    uint32_t v;
+    std::memcpy(&v, &y, sizeof v);
+    v |= sign;
+    std::memcpy(&y, &v, sizeof y);
+    return y;
+  }
+  u = (mag + 0xfffu + ((mag >> 13) & 1u)) & 0xffffe000u;  // 11 significant bits
+  u |= sign;
+  float y;
+  std::memcpy(&y, &u, sizeof y);
+  return y;
+}
+
 }  // namespace gproj::cpu

@@ -1,4 +1,5 @@
-// Accuracy of the vectorised exp_fp32 against double-precision exp, and round_bf16_row against bf16.
+// Accuracy of the vectorised exp_fp32 against double-precision exp, round_bf16_row against bf16, and round_fp16
+// against binary16 values decoded by hand.
 // Part of cpu_tests (ctest).
 #include <gtest/gtest.h>
 
@@ -50,6 +51,40 @@ TEST(TileOps, RoundRowMatchesBf16) {
   for (int i = 0; i < 64; ++i) s[i] = std::ldexp(1.0f + i / 64.0f + 1e-3f * i, i % 11 - 5) * (i % 2 ? -1 : 1);
   round_bf16_row(d, s, 64);
   for (int i = 0; i < 64; ++i) EXPECT_EQ(d[i], round_bf16(s[i])) << i;
+}
+
+// The binary16 value of half-precision bits h (sign, 5 exponent bits, 10 fraction bits), decoded by hand.
+double half_value(uint16_t h) {
+  const int e = (h >> 10) & 31, f = h & 1023;
+  const double mag = e == 0 ? std::ldexp(f, -24) : e == 31 ? (f ? NAN : INFINITY) : std::ldexp(1024 + f, e - 25);
+  return (h & 0x8000) ? -mag : mag;
+}
+
+TEST(TileOps, RoundFp16KeepsEveryHalfAndRoundsMidpointsToEven) {
+  int checked = 0;
+  for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite non-negative half; the sign is symmetric
+    const float x = static_cast<float>(half_value(static_cast<uint16_t>(h)));
+    ASSERT_EQ(round_fp16(x), x) << "half " << h;
+    ASSERT_EQ(round_fp16(-x), -x) << "half " << h;
+    if (h + 1 < 0x7c00) {  // the midpoint to the next half, exact in float, goes to the even one of the two
+      const double next = half_value(static_cast<uint16_t>(h + 1));
+      const float mid = static_cast<float>((double(x) + next) / 2);
+      ASSERT_EQ(double(mid), (double(x) + next) / 2);
+      ASSERT_EQ(double(round_fp16(mid)), (h & 1) ? next : double(x)) << "midpoint after half " << h;
+      // Just off the midpoint, each side goes to its nearer neighbour.
+      ASSERT_EQ(double(round_fp16(std::nextafter(mid, 0.0f))), double(x)) << h;
+      ASSERT_EQ(double(round_fp16(std::nextafter(mid, INFINITY))), next) << h;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 0x7c00 - 1);
+  EXPECT_EQ(round_fp16(65519.99f), 65504.0f);
+  EXPECT_TRUE(std::isinf(round_fp16(65520.0f)));  // the midpoint to 65536 rounds to the even, infinite one
+  EXPECT_TRUE(std::isinf(round_fp16(-1e6f)) && round_fp16(-1e6f) < 0);
+  EXPECT_TRUE(std::isnan(round_fp16(std::nanf(""))));
+  EXPECT_EQ(round_fp16(0x1.0p-25f), 0.0f);            // half of the smallest subnormal: to even (zero)
+  EXPECT_EQ(round_fp16(0x1.8p-25f), 0x1.0p-24f);       // above half of it: the smallest subnormal
+  EXPECT_TRUE(std::signbit(round_fp16(-0x1.0p-30f)));  // a negative value that rounds to zero keeps its sign
 }
 
 }  // namespace

@@ -32,6 +32,11 @@ enum class Projection {
                   // no ranking, a test a backward kernel applies tile by tile
   kDelta,         // no projection; delta_i from the FP32 O (forward keeps O's low-order residual)
   kInTile,        // per tile, each row's rounding residual folded back onto its largest-P entry (re-rounded)
+  kFp16LowRank,   // "h16" (docs/design-fp16-projection.md): the consistent P (forward P^ rounded to FP16 against an
+                  // integer running max, l sums the rounded P^, the backward reproduces P from the LSE, delta from
+                  // an FP16 O), dS rounded once to FP16 after a power of two per head and multiplied against FP16 Q,
+                  // K, and the P-weighted low-rank projection on dQ only, P (K U) and s_i from the forward; no
+                  // lists, no dK correction. CPU only (CUDA: not built)
 };
 
 // Model of the FP32 accumulation inside a BF16 GEMM. Only IEEE FP32 exists today; a tensor-core
@@ -102,7 +107,8 @@ const std::vector<Projection>& all_projections();
 // The projection a variant actually applies (kNone unless the variant is kGproj).
 Projection effective_projection(const FlashParams& p);
 // Whether the backward reads the forward's unrounded O (o_fp32): the fp32 variant and Projection::kDelta
-// compute delta from it; every other variant uses the BF16 O and may pass a null view.
+// compute delta from it, Projection::kFp16LowRank from its FP16 rounding (the copy a kernel would keep); every
+// other variant uses the BF16 O and may pass a null view.
 bool backward_needs_o_fp32(const FlashParams& p);
 // Throws kInvalidArgument for block sizes < 1, beta outside [1, 64], rank < 1, scale <= 0 or non-finite.
 float resolve_scale(const FlashParams& p, int64_t D);

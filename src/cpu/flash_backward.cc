@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/forward_block.h"
 #include "cpu/head_gather.h"
 #include "cpu/projection.h"
 #include "cpu/tile_gemm.h"
@@ -17,7 +18,14 @@ namespace gproj {
 
 namespace {
 
+float row_norm(const float* x, int n) {
+  double s = 0;
+  for (int e = 0; e < n; ++e) s += double(x[e]) * x[e];
+  return static_cast<float>(std::sqrt(s));
+}
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.44269504088896341f;
 
 struct BackwardSetup {
   AttentionDims d;
@@ -53,6 +61,15 @@ BackwardSetup check_backward(const TensorView<const bf16>& q, const TensorView<c
                                                  format_extents(4, q.shape));
   }
   if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"do", dout}});
+  if (s.projection == Projection::kFp16LowRank) {
+    if (params.dk_compensation_rank > 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "projection fp16-lowrank takes no dK compensation (its dK carries FP16 rounding only): set "
+                  "dk_compensation_rank = 0");
+    }
+    cpu::check_fp16_range(q, "q");
+    cpu::check_fp16_range(k, "k");
+  }
   return s;
 }
 
@@ -69,6 +86,8 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
   const int Bq = params.block_q, Bk = params.block_k, D = static_cast<int>(d.D);
   const float scale = st.scale;
   auto rnd = [&](float x) { return st.round_bf16_operands ? round_bf16(x) : x; };
+  const bool fp16 = st.projection == Projection::kFp16LowRank;
+  const float scale_log2 = scale * kLog2e;
   auto to_f = [](bf16 x) { return x.to_float(); };
 
   BackwardResult r;
@@ -91,7 +110,9 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       cpu::gather_head(K, k, b, hk, to_f);
       cpu::gather_head(V, v, b, hk, to_f);
       cpu::gather_head(dO, dout, b, h, to_f);
-      if (st.delta_from_fp32_o) {
+      if (fp16) {  // delta from an FP16 copy of the forward's O
+        cpu::gather_head(Of, o_fp32, b, h, [](float x) { return cpu::round_fp16(x); });
+      } else if (st.delta_from_fp32_o) {
         cpu::gather_head(Of, o_fp32, b, h, [](float x) { return x; });
       } else {
         cpu::gather_head(Of, o, b, h, to_f);
@@ -105,6 +126,24 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
         r.delta.at(b, h, i) = acc;
         L[i] = lse.at(b, h, i);
       }
+      // fp16-lowrank: dS is rounded to FP16 after one power of two per head, sigma = 2^(14 - ceil(log2 bound)),
+      // bound = 2 max_i |dO_i| max_j |V_j| >= |dS_ij| (|dS_ij| <= P_ij |dO_i| (|V_j| + |O_i|)), and multiplied
+      // against FP16 copies of Q and K; the accumulators are in sigma's units until the end.
+      float sigma = 1.0f;
+      std::vector<float> Qh, Kh;
+      if (fp16) {
+        float dmax = 0.0f, vmax = 0.0f;
+        for (int64_t i = 0; i < d.Nq; ++i) dmax = std::max(dmax, row_norm(&dO[i * D], D));
+        for (int64_t j = 0; j < d.Nk; ++j) vmax = std::max(vmax, row_norm(&V[j * D], D));
+        const float bound = 2.0f * dmax * vmax;
+        if (bound > 0.0f) sigma = std::exp2(14.0f - std::ceil(std::log2(bound)));
+        Qh = Q;
+        Kh = K;
+        for (float& x : Qh) x = cpu::round_fp16(x);
+        for (float& x : Kh) x = cpu::round_fp16(x);
+      }
+      const float* Qg = fp16 ? Qh.data() : Q.data();  // the GEMM operands of dK and dQ
+      const float* Kg = fp16 ? Kh.data() : K.data();
       std::vector<float> dQacc(static_cast<size_t>(d.Nq) * D, 0.0f);
       std::vector<float>& dKacc = dk_part[b * d.H + h];
       std::vector<float>& dVacc = dv_part[b * d.H + h];
@@ -114,12 +153,16 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       cpu::RowProjection proj(st.projection, head, params.lowrank_rank,
                               st.projection == Projection::kThreshLowRank ? params.thresh_k : params.topk, gemm,
                               params.basis_key_stride);
-      if (st.projection == Projection::kThreshLowRank && params.forward_stats) proj.use_forward_stats(params, scale);
+      if ((st.projection == Projection::kThreshLowRank && params.forward_stats) || fp16) {
+        proj.use_forward_stats(params, scale);
+      }
       cpu::DkCompensation dk_comp(head, params.variant == Variant::kGproj ? params.dk_compensation_rank : 0);
 
       std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),
           dSb_raw(P.size()), dSb(P.size());
       // P of one tile, recomputed from the LSE: exp(scale * Q K^T - LSE), masked and empty rows 0.
+      // fp16-lowrank: the consistent P, P = fp16(2^(S log2e - M)) 2^(M - LSE log2e), M = ceil(LSE log2e), the
+      // forward's P^ / l (cpu/forward_block.h).
       auto p_tile = [&](int64_t i0, int rows, int64_t j0, int cols) {
         gemm.nt(rows, cols, D, &Q[i0 * D], D, &K[j0 * D], D, P.data(), Bk, false);
         for (int i = 0; i < rows; ++i) {
@@ -129,8 +172,13 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
           const int vis = L[i0 + i] == kNegInf ? 0
                           : params.causal     ? static_cast<int>(std::clamp<int64_t>(limit - j0 + 1, 0, cols))
                                               : cols;
-          for (int j = 0; j < vis; ++j) p[j] = scale * p[j];
-          cpu::exp_sub_row(p, vis, L[i0 + i]);
+          if (fp16 && vis > 0) {
+            const float l2 = L[i0 + i] * kLog2e, M = std::ceil(l2), inv_l = std::exp2(M - l2);
+            for (int j = 0; j < vis; ++j) p[j] = cpu::round_fp16(std::exp2(scale_log2 * p[j] - M)) * inv_l;
+          } else {
+            for (int j = 0; j < vis; ++j) p[j] = scale * p[j];
+            cpu::exp_sub_row(p, vis, L[i0 + i]);
+          }
           std::fill(p + vis, p + cols, 0.0f);
           if (st.round_bf16_operands) {
             cpu::round_bf16_row(&Pb[i * Bk], p, cols);
@@ -153,13 +201,13 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
             for (int j = 0; j < cols; ++j) {
               const int t = i * Bk + j;
               dS[t] = P[t] * (dP[t] - delta[i0 + i]);
-              dSb_raw[t] = dSb[t] = rnd(dS[t]);  // B4
+              dSb_raw[t] = dSb[t] = fp16 ? cpu::round_fp16(sigma * dS[t]) : rnd(dS[t]);  // B4 (fp16-lowrank: FP16)
             }
           dk_comp.accumulate(i0, rows, j0, cols, dS.data(), dSb_raw.data(), Bk);
           proj.compensate_tile(rows, cols, P.data(), dS.data(), dSb.data(), Bk);
           gemm.tn(cols, D, rows, Pb.data(), Bk, &dO[i0 * D], D, &dVacc[j0 * D], D, true);  // dV += P^T dO
-          gemm.tn(cols, D, rows, dSb.data(), Bk, &Q[i0 * D], D, &dKacc[j0 * D], D, true);  // dK += dS^T Q
-          gemm.nn(rows, D, cols, dSb.data(), Bk, &K[j0 * D], D, &dQacc[i0 * D], D, true);  // dQ += dS K
+          gemm.tn(cols, D, rows, dSb.data(), Bk, &Qg[i0 * D], D, &dKacc[j0 * D], D, true);  // dK += dS^T Q
+          gemm.nn(rows, D, cols, dSb.data(), Bk, &Kg[j0 * D], D, &dQacc[i0 * D], D, true);  // dQ += dS K
           proj.accumulate(i0, rows, j0, cols, P.data(), Pb.data(), dSb_raw.data(), dSb.data(), Bk);
         }
       }
@@ -175,11 +223,15 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       }
       proj.finish();
       dk_comp.finish();
+      const float unscale = 1.0f / sigma;  // exact: a power of two
+      if (fp16) {
+        for (float& x : dKacc) x *= unscale;
+      }
       for (int64_t i = 0; i < d.Nq; ++i) {
-        r.rowsum.at(b, h, i) = proj.rowsum_before()[i];
-        r.rowsum_after.at(b, h, i) = proj.rowsum_after()[i];
+        r.rowsum.at(b, h, i) = proj.rowsum_before()[i] * unscale;
+        r.rowsum_after.at(b, h, i) = proj.rowsum_after()[i] * unscale;
         for (int e = 0; e < D; ++e) {
-          const float x = scale * dQacc[i * D + e];
+          const float x = scale * (dQacc[i * D + e] * unscale);
           r.dq_fp32.at(b, i, h, e) = x;
           r.dq.at(b, i, h, e) = bf16::from_float(x);
         }

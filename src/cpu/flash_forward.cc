@@ -16,6 +16,7 @@ namespace gproj {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
 
 // The running-max candidate of one block row (GUIDE §1): with fwdfix, a block whose max r_m is tied
 // (>1 entries within tol) contributes beta*r_m if r_m > 0 and 0 if r_m < 0 instead of r_m, with the lift
@@ -36,11 +37,17 @@ float block_max_candidate(const float* s, int cols, bool tie_fix, float beta, fl
 
 namespace cpu {
 
+bool consistent_p(const FlashParams& params) {
+  return effective_projection(params) == Projection::kFp16LowRank;
+}
+
 void forward_query_block(const TileGemm& gemm, const FlashParams& params, float scale, const float* Qt, int rows,
                          int64_t i0, int64_t Nq, int64_t Nk, int D, const float* K, const float* X, int Dx, float* acc,
                          float* m, float* l, std::vector<float>& S) {
+  const bool consistent = consistent_p(params);
   const bool round_p = params.variant != Variant::kFp32;  // F4
-  const bool tie_fix = params.variant == Variant::kFwdfix || params.variant == Variant::kGproj;
+  const bool tie_fix = !consistent && (params.variant == Variant::kFwdfix || params.variant == Variant::kGproj);
+  const float scale_log2 = scale * kLog2e;
   const int Bk = params.block_k;
   S.resize(static_cast<size_t>(rows) * Bk);
   std::fill(acc, acc + static_cast<size_t>(rows) * Dx, 0.0f);
@@ -54,6 +61,28 @@ void forward_query_block(const TileGemm& gemm, const FlashParams& params, float 
     for (int i = 0; i < rows; ++i) {
       float* s = &S[i * Bk];
       const int64_t limit = i0 + i + Nk - Nq;  // last visible key of this row
+      if (consistent) {
+        // The consistent P: S in log2 units, an integer running max (its rescaling 2^(m_old - m_new) is exact),
+        // P^ rounded to FP16 and l summing the rounded P^ (consistent_p_tile reproduces it in the backward).
+        for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale_log2 * s[j];
+        float rm = kNegInf;
+        for (int j = 0; j < cols; ++j) rm = std::max(rm, s[j]);
+        const float m_new = std::max(m[i], std::ceil(rm));
+        if (m_new == kNegInf) {
+          std::fill(s, s + cols, 0.0f);
+          continue;
+        }
+        const float alpha = m[i] == kNegInf ? 0.0f : std::exp2(m[i] - m_new);
+        float rowsum = 0.0f;
+        for (int j = 0; j < cols; ++j) {
+          s[j] = round_fp16(std::exp2(s[j] - m_new));
+          rowsum += s[j];
+        }
+        l[i] = l[i] * alpha + rowsum;
+        for (int e = 0; e < Dx; ++e) acc[i * Dx + e] *= alpha;
+        m[i] = m_new;
+        continue;
+      }
       for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale * s[j];
       const float cand =
           block_max_candidate(s, cols, tie_fix, params.fwdfix_beta, params.fwdfix_tie_tol, params.fwdfix_max_shift);
@@ -75,6 +104,26 @@ void forward_query_block(const TileGemm& gemm, const FlashParams& params, float 
   }
 }
 
+float row_lse(const FlashParams& params, float m, float l) {
+  if (m == kNegInf) return kNegInf;
+  return consistent_p(params) ? (m + std::log2(l)) * kLn2 : m + std::log(l);
+}
+
+void check_fp16_range(const TensorView<const bf16>& x, const char* name) {
+  for (int64_t b = 0; b < x.shape[0]; ++b)
+    for (int64_t n = 0; n < x.shape[1]; ++n)
+      for (int64_t h = 0; h < x.shape[2]; ++h)
+        for (int64_t e = 0; e < x.shape[3]; ++e) {
+          const float v = x.at(b, n, h, e).to_float();
+          if (std::fabs(v) > 65504.0f) {
+            throw Error(ErrorCode::kInvalidArgument,
+                        std::string("projection fp16-lowrank converts ") + name + " to FP16, whose largest value is " +
+                            "65504; " + name + "[" + std::to_string(b) + ", " + std::to_string(n) + ", " +
+                            std::to_string(h) + ", " + std::to_string(e) + "] = " + std::to_string(v));
+          }
+        }
+}
+
 }  // namespace cpu
 
 ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
@@ -86,6 +135,12 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   }
   const float scale = resolve_scale(params, d.D);
   if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}});
+  const bool consistent = cpu::consistent_p(params);
+  if (consistent) {
+    cpu::check_fp16_range(q, "q");
+    cpu::check_fp16_range(k, "k");
+    cpu::check_fp16_range(v, "v");
+  }
   cpu::init_blas_threads();
   const cpu::TileGemm gemm(params.accumulation);
   const int Bq = params.block_q;
@@ -95,6 +150,7 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   ForwardResult r{Tensor<bf16>({d.B, d.Nq, d.H, d.D}), Tensor<float>({d.B, d.Nq, d.H, d.D}),
                   Tensor<float>({d.B, d.H, d.Nq}), {}};
   auto to_f = [](bf16 x) { return x.to_float(); };
+  auto to_f16 = [](bf16 x) { return cpu::round_fp16(x.to_float()); };  // fp16-lowrank: P^ V in FP16
 
   // K and V of every (b, kv head) widened to FP32 once, shared by all query blocks: (B * Hkv) x (Nk, D).
   std::vector<std::vector<float>> Kf(static_cast<size_t>(d.B * d.Hkv)), Vf(Kf.size());
@@ -102,7 +158,11 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hk = 0; hk < d.Hkv; ++hk) {
       cpu::gather_head(Kf[b * d.Hkv + hk], k, b, hk, to_f);
-      cpu::gather_head(Vf[b * d.Hkv + hk], v, b, hk, to_f);
+      if (consistent) {
+        cpu::gather_head(Vf[b * d.Hkv + hk], v, b, hk, to_f16);
+      } else {
+        cpu::gather_head(Vf[b * d.Hkv + hk], v, b, hk, to_f);
+      }
     }
 
 #pragma omp parallel
@@ -133,7 +193,7 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
               of[e] = acc[i * D + e] / l[i];
               o[e] = bf16::from_float(of[e]);  // F5
             }
-            r.lse.at(b, h, i0 + i) = m[i] + std::log(l[i]);
+            r.lse.at(b, h, i0 + i) = cpu::row_lse(params, m[i], l[i]);
           }
         }
   }

@@ -31,6 +31,7 @@ const char* projection_name(Projection p) {
     case Projection::kThreshLowRank: return "thresh-lowrank";
     case Projection::kDelta: return "delta";
     case Projection::kInTile: return "intile";
+    case Projection::kFp16LowRank: return "fp16-lowrank";
   }
   return "?";
 }
@@ -44,7 +45,8 @@ const std::vector<Projection>& all_projections() {
   static const std::vector<Projection> p{Projection::kNone,    Projection::kUniform,     Projection::kPWeighted,
                                          Projection::kPWeightedDq, Projection::kLowRank, Projection::kTopK, Projection::kTopKRest, Projection::kTopKLowRank,
                                          Projection::kThreshLowRank,
-                                         Projection::kDelta,   Projection::kInTile};
+                                         Projection::kDelta,   Projection::kInTile,
+                                         Projection::kFp16LowRank};
   return p;
 }
 
@@ -73,7 +75,8 @@ Projection effective_projection(const FlashParams& p) {
 }
 
 bool backward_needs_o_fp32(const FlashParams& p) {
-  return p.variant == Variant::kFp32 || effective_projection(p) == Projection::kDelta;
+  const Projection proj = effective_projection(p);
+  return p.variant == Variant::kFp32 || proj == Projection::kDelta || proj == Projection::kFp16LowRank;
 }
 
 float resolve_scale(const FlashParams& p, int64_t D) {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "cpu/forward_block.h"
+#include "cpu/tile_ops.h"
 #include "gproj/error.h"
 
 namespace gproj::cpu {
@@ -142,7 +143,8 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
     top_rank_.assign(top_p_.size(), -1.0f);
     top_j_.assign(top_p_.size(), -1);
   }
-  const bool gpu_lowrank = kind_ == Projection::kTopKLowRank || kind_ == Projection::kThreshLowRank;
+  const bool fp16_lowrank = kind_ == Projection::kFp16LowRank;
+  const bool gpu_lowrank = kind_ == Projection::kTopKLowRank || kind_ == Projection::kThreshLowRank || fp16_lowrank;
   if (kind_ == Projection::kLowRank || gpu_lowrank) {
     const int D = h_.D;
     std::vector<double> gram, V;
@@ -169,7 +171,16 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
       std::vector<float> Ub(U_);  // where the tail goes back to D columns
       for (float& x : Ub) x = round_bf16(x);
       gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, Ub.data(), rank_, KU_.data(), rank_, false);
-      for (float& x : KU_) x = round_bf16(x);
+      for (float& x : KU_) x = fp16_lowrank ? round_fp16(x) : round_bf16(x);  // fp16-lowrank: P^ (K U) in FP16
+      if (fp16_lowrank) {
+        for (int64_t j = 0; j < h_.Nk; ++j)
+          for (int c = 0; c < rank_; ++c)
+            if (!std::isfinite(KU_[j * rank_ + c])) {
+              throw Error(ErrorCode::kInvalidArgument,
+                          "projection fp16-lowrank: K U of key " + std::to_string(j) +
+                              " exceeds FP16's range (65504); the keys are too large for this projection");
+            }
+      }
     } else {
       gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);
     }
@@ -233,11 +244,11 @@ void RowProjection::accumulate(int64_t i0, int rows, int64_t j0, int cols, const
 }
 
 void RowProjection::use_forward_stats(const FlashParams& params, float scale) {
-  if (kind_ != Projection::kThreshLowRank) {
-    throw Error(ErrorCode::kInvalidArgument, "forward statistics serve projection thresh-lowrank only");
+  if (kind_ != Projection::kThreshLowRank && kind_ != Projection::kFp16LowRank) {
+    throw Error(ErrorCode::kInvalidArgument, "forward statistics serve projections thresh-lowrank and fp16-lowrank");
   }
   const int x_cols = rank_ + 1, Bq = params.block_q;
-  std::vector<float> X(static_cast<size_t>(h_.Nk) * x_cols, 1.0f);  // [bf16(K U) | 1]
+  std::vector<float> X(static_cast<size_t>(h_.Nk) * x_cols, 1.0f);  // [bf16(K U) | 1] (fp16-lowrank: fp16(K U))
   for (int64_t j = 0; j < h_.Nk; ++j)
     for (int c = 0; c < rank_; ++c) X[j * x_cols + c] = KU_[j * rank_ + c];
   std::vector<float> acc(static_cast<size_t>(Bq) * x_cols), m(Bq), l(Bq), S;
@@ -421,6 +432,20 @@ void RowProjection::finish() {
     case Projection::kTopKLowRank:
     case Projection::kThreshLowRank:
       topk_lowrank_finish();
+      return;
+    case Projection::kFp16LowRank:
+      // dQ_i -= c_i (P (K U))_i U^T, c_i = r_i / s_i, both statistics from the forward; dK is left as it is (with
+      // the consistent P its error is the FP16 rounding of dS, not the queries' shared component).
+      for (int64_t i = 0; i < h_.Nq; ++i) {
+        if (!(s_[i] > 0.0f)) continue;
+        const float c = r_[i] / s_[i];
+        for (int e = 0; e < D; ++e) {
+          float back = 0.0f;
+          for (int t = 0; t < rank_; ++t) back += pku_[i * rank_ + t] * U_[e * rank_ + t];
+          h_.dQacc[i * D + e] -= c * back;
+        }
+        r_after_[i] = r_[i] - c * s_[i];
+      }
       return;
   }
 }

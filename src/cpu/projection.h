@@ -38,6 +38,7 @@ class RowProjection {
 
   // thresh-lowrank with FlashParams::forward_stats: P (K U) and s_i from the forward's bf16(P), the forward's key
   // loop run again over X = [K U | 1] (cpu/forward_block.h), as the CUDA forward (v2.3) forms them beside O.
+  // fp16-lowrank always takes them so, from the forward's FP16 P^ against fp16(K U).
   // accumulate() then adds only r_i and the lists. Call once, before the first accumulate().
   void use_forward_stats(const FlashParams& params, float scale);
 

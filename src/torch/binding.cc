@@ -340,8 +340,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       "names of the variants, in the order of gproj::all_variants()");
   m.def(
-      "needs_o_fp32", [](const std::string& variant) { return needs_o_fp32(params_of(false, std::nullopt, variant)); },
-      "whether the variant's backward reads the forward's FP32 O", py::arg("variant"));
+      "needs_o_fp32",
+      [](const std::string& variant, const std::optional<std::string>& projection) {
+        return needs_o_fp32(params_of(false, std::nullopt, variant, projection));
+      },
+      "whether the backward of the variant (and projection) reads the forward's FP32 O", py::arg("variant"),
+      py::arg("projection") = py::none());
   m.def(
       "basis_numel",
       [](int64_t B, int64_t Hkv, int64_t D, const std::string& variant, const std::optional<std::string>& projection) {

@@ -13,6 +13,7 @@
 #include "gproj/error.h"
 #include "gproj/stress.h"
 #include "gproj/synthetic.h"
+#include "test_util.h"
 
 namespace gproj {
 namespace {
@@ -45,7 +46,55 @@ TEST_P(SharedKey, BaselineDqBiasIsRemovedByGproj) {
   EXPECT_LE(fix.dk.rel_fro, 0.005);
 }
 
+// fp16-lowrank ("h16", docs/design-fp16-projection.md): the consistent P and an FP16 dS leave r_i to the FP16
+// rounding, the dQ projection takes it out, and dK needs no correction.
+TEST_P(SharedKey, Fp16LowRankRemovesTheBiasWithoutADkCorrection) {
+  const AttentionState s = shared_key_state(GetParam());
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle);
+  const VariantRun thresh = run_variant(s, test::params_for(Variant::kGproj), oracle);
+  const VariantRun h16 = run_variant(s, test::params_for(Variant::kGproj, Projection::kFp16LowRank), oracle);
+  test::print_evidence("baseline", base);
+  test::print_evidence("gproj / thresh-lowrank", thresh);
+  test::print_evidence("gproj / fp16-lowrank", h16);
+  EXPECT_GE(base.dq.rel_fro, 10 * h16.dq.rel_fro);
+  EXPECT_LE(h16.dq.rel_fro, 0.005);
+  EXPECT_LE(h16.dk.rel_fro, 0.005);
+  // r_i before the projection: FP16 rounding alone, against baseline's BF16 rounding and delta error.
+  EXPECT_LE(h16.bwd.diag.rowsum_max_before, 0.25 * base.bwd.diag.rowsum_max_before);
+  // After it: r_i - c_i s_i, two FP32 roundings.
+  for (size_t i = 0; i < h16.bwd.rowsum.values.size(); ++i) {
+    ASSERT_LE(std::fabs(h16.bwd.rowsum_after.values[i]), 2 * 0x1.0p-24 * std::fabs(h16.bwd.rowsum.values[i]) + 1e-30)
+        << "row " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(CausalAndNot, SharedKey, ::testing::Values(false, true));
+
+TEST(Projection, Fp16LowRankRefusesWhatItCannotRepresent) {
+  SyntheticSpec spec;
+  spec.B = 1;
+  spec.Nq = spec.Nk = 16;
+  spec.H = spec.Hkv = 1;
+  spec.D = 32;
+  AttentionState s = make_synthetic(spec);
+  const FlashParams p = test::params_for(Variant::kGproj, Projection::kFp16LowRank);
+  s.v.at(0, 3, 0, 5) = bf16::from_float(70000.0f);  // finite in BF16, not in FP16
+  test::expect_error(ErrorCode::kInvalidArgument, "v[0, 3, 0, 5] = 70144", [&] {
+    flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), p);
+  });
+  s.v.at(0, 3, 0, 5) = bf16::from_float(1.0f);
+  const ForwardResult f = flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), p);
+  FlashParams comp = p;
+  comp.dk_compensation_rank = 4;
+  test::expect_error(ErrorCode::kInvalidArgument, "fp16-lowrank takes no dK compensation", [&] {
+    flash_backward_cpu(s.q.view(), s.k.view(), s.v.view(), f.o.view(), f.o_fp32.view(), f.lse.view(),
+                       s.dout.view(), comp);
+  });
+  test::expect_error(ErrorCode::kInvalidArgument, "needs the forward's FP32 O", [&] {
+    flash_backward_cpu(s.q.view(), s.k.view(), s.v.view(), f.o.view(), {}, f.lse.view(), s.dout.view(), p);
+  });
+}
 
 TEST(Projection, EffectiveRowsSumToZeroAndDkColumnsCancel) {
   // After projection r'_i = r_i - c_i s_i with c_i = r_i / s_i in FP32: two roundings, so

@@ -29,6 +29,14 @@ TEST_P(RealState, GprojReachesTheBf16Floor) {
   EXPECT_LE(fix.dq.rel_fro, tol.dq);
   EXPECT_LE(fix.dk.rel_fro, tol.dk);
   EXPECT_LE(fix.dv.rel_fro, tol.dv);
+  // fp16-lowrank (docs/design-fp16-projection.md) meets the same bar with no dK correction.
+  const VariantRun h16 = run_variant(s, test::params_for(Variant::kGproj, Projection::kFp16LowRank), oracle);
+  test::print_evidence("gproj / fp16-lowrank", h16);
+  EXPECT_LE(h16.dq.rel_fro, 0.003);
+  EXPECT_LE(h16.dk.rel_fro, 0.003);
+  EXPECT_LE(h16.dq.rel_fro, tol.dq);
+  EXPECT_LE(h16.dk.rel_fro, tol.dk);
+  EXPECT_LE(h16.dv.rel_fro, tol.dv);
 }
 
 INSTANTIATE_TEST_SUITE_P(Captured, RealState,

@@ -432,13 +432,16 @@ def test_fwdfix_max_shift_caps_the_lift_and_inf_is_the_published_rule():
 
 def test_projection_by_name_within_derived_tolerance():
     (q, k, v, do, causal, scale), ref, tol = case_data("gqa_causal")
-    for projection in ("pweighted", "thresh-lowrank", "uniform"):
+    projections = ("pweighted", "thresh-lowrank", "uniform") + (("fp16-lowrank",) if q.device.type == "cpu" else ())
+    for projection in projections:  # fp16-lowrank: the CPU emulator only (docs/design-fp16-projection.md)
         out = run_gproj("gproj", q, k, v, do, causal, scale,
                         attention=lambda *a, p=projection: gproj.attention(*a, projection=p))
         err = errors(out, ref)
         for f in FIELDS:
             assert err[f] <= tol[f], f"{projection} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
     assert "thresh-lowrank" in gproj.PROJECTIONS
+    # The fake (meta) implementation sizes o_fp32 from the variant and the projection, as the real one does.
+    assert gproj._C.needs_o_fp32("gproj", "fp16-lowrank") and not gproj._C.needs_o_fp32("gproj")
     with pytest.raises(ValueError, match="unknown projection 'fast'"):
         gproj.attention(q, k, v, variant="gproj", projection="fast")
 

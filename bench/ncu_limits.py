@@ -26,6 +26,9 @@ ROWS = [
     ("L2 red sectors (M)", r"lts__t_sectors_op_red\.sum"),
     ("L2 atomic unit %", r"lts__d_atomic_input_cycles_active\.avg\.pct_of_peak_sustained_elapsed"),
     ("L1 LSU wavefronts %", r"l1tex__data_pipe_lsu_wavefronts\.avg\.pct_of_peak_sustained_elapsed"),
+    ("shared bank reads %", r"l1tex__data_bank_reads\.avg\.pct_of_peak_sustained_elapsed"),
+    ("shared bank writes %", r"l1tex__data_bank_writes\.avg\.pct_of_peak_sustained_elapsed"),
+    ("shared pipe %", r"sm__pipe_shared_cycles_active\.avg\.pct_of_peak_sustained_elapsed"),
     ("ALU pipe %", r"sm__pipe_alu_cycles_active\.avg\.pct_of_peak_sustained_elapsed"),
     ("DRAM throughput %", r"dram__throughput\.avg\.pct_of_peak_sustained_elapsed"),
 ]

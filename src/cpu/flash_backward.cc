@@ -142,7 +142,10 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
         for (float& x : Qh) x = cpu::round_fp16(x);
         for (float& x : Kh) x = cpu::round_fp16(x);
       }
-      const float* Qg = fp16 ? Qh.data() : Q.data();  // the GEMM operands of dK and dQ
+      // The GEMM operands of S, dK and dQ: fp16-lowrank's backward reads only the FP16 copies of Q and K (the
+      // kernel's Qh and Kh^T, docs/design-fp16-projection.md); S from them equals S from the BF16 values wherever
+      // the conversion is exact (every BF16 value in [2^-14, 65504] and 0).
+      const float* Qg = fp16 ? Qh.data() : Q.data();
       const float* Kg = fp16 ? Kh.data() : K.data();
       std::vector<float> dQacc(static_cast<size_t>(d.Nq) * D, 0.0f);
       std::vector<float>& dKacc = dk_part[b * d.H + h];
@@ -164,7 +167,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       // fp16-lowrank: the consistent P, P = fp16(2^(S log2e - M)) 2^(M - LSE log2e), M = ceil(LSE log2e), the
       // forward's P^ / l (cpu/forward_block.h).
       auto p_tile = [&](int64_t i0, int rows, int64_t j0, int cols) {
-        gemm.nt(rows, cols, D, &Q[i0 * D], D, &K[j0 * D], D, P.data(), Bk, false);
+        gemm.nt(rows, cols, D, &Qg[i0 * D], D, &Kg[j0 * D], D, P.data(), Bk, false);
         for (int i = 0; i < rows; ++i) {
           float* p = &P[i * Bk];
           const int64_t limit = i0 + i + d.Nk - d.Nq;

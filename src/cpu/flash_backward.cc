@@ -136,7 +136,9 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
         for (int64_t i = 0; i < d.Nq; ++i) dmax = std::max(dmax, row_norm(&dO[i * D], D));
         for (int64_t j = 0; j < d.Nk; ++j) vmax = std::max(vmax, row_norm(&V[j * D], D));
         const float bound = 2.0f * dmax * vmax;
-        if (bound > 0.0f) sigma = std::exp2(14.0f - std::ceil(std::log2(bound)));
+        // The exponent kept within +-126, so that sigma and 1/sigma are finite normal floats (a head whose dO and V
+        // are all but zero, bound < 2^-112, would otherwise get sigma = Inf and dS = NaN).
+        if (bound > 0.0f) sigma = std::exp2(std::clamp(14.0f - std::ceil(std::log2(bound)), -126.0f, 126.0f));
         Qh = Q;
         Kh = K;
         for (float& x : Qh) x = cpu::round_fp16(x);

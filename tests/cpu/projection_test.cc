@@ -71,6 +71,26 @@ TEST_P(SharedKey, Fp16LowRankRemovesTheBiasWithoutADkCorrection) {
 
 INSTANTIATE_TEST_SUITE_P(CausalAndNot, SharedKey, ::testing::Values(false, true));
 
+TEST(Projection, Fp16LowRankKeepsItsScaleFiniteForATinyDo) {
+  // dO of ~1e-37: the power of two that brings dS to FP16's range would be 2^131, Inf as a float (dS = NaN); it is
+  // held at 2^126, where dS still lands in FP16's normal range.
+  SyntheticSpec spec;
+  spec.B = 1;
+  spec.Nq = spec.Nk = 96;
+  spec.H = spec.Hkv = 2;
+  spec.D = 32;
+  spec.causal = true;
+  spec.seed = 21;
+  AttentionState s = make_synthetic(spec);
+  for (bf16& x : s.dout.values) x = bf16::from_float(x.to_float() * 1e-37f);
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun r = run_variant(s, test::params_for(Variant::kGproj, Projection::kFp16LowRank), oracle);
+  test::print_evidence("gproj / fp16-lowrank, dO x 1e-37", r);
+  EXPECT_TRUE(std::isfinite(r.dq.rel_fro) && std::isfinite(r.dk.rel_fro) && std::isfinite(r.dv.rel_fro));
+  EXPECT_LE(r.dq.rel_fro, 0.005);
+  EXPECT_LE(r.dk.rel_fro, 0.005);
+}
+
 TEST(Projection, Fp16LowRankRefusesWhatItCannotRepresent) {
   SyntheticSpec spec;
   spec.B = 1;

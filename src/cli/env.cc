@@ -59,10 +59,13 @@ nlohmann::json variant_params_json(const FlashParams& p) {
       j["basis_from"] = p.basis_from_forward ? "forward" : "backward";
     }
     if (p.dk_compensation_rank != 0) j["dk_compensation_rank"] = p.dk_compensation_rank;
-    if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) {
+    if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank ||
+        q == Projection::kFp16LowRank) {
       j["lowrank_rank"] = p.lowrank_rank;
     }
-    if (q == Projection::kTopKLowRank || q == Projection::kThreshLowRank) j["basis_key_stride"] = p.basis_key_stride;
+    if (q == Projection::kTopKLowRank || q == Projection::kThreshLowRank || q == Projection::kFp16LowRank) {
+      j["basis_key_stride"] = p.basis_key_stride;
+    }
   }
   if (p.cuda_backward_warps != 4 || p.cuda_wgmma_forward != -1 || p.cuda_backward_wgmma != -1) {  // chosen kernels
     j["cuda_backward_warps"] = p.cuda_backward_warps;

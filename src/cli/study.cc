@@ -36,7 +36,7 @@ int run_study(const StudyOptions& o, std::FILE* out) {
     auto row = [&](FlashParams p, const std::string& label) {
       p.block_q = p.block_k = o.block;
       if (p.projection == Projection::kLowRank || p.projection == Projection::kTopKLowRank ||
-          p.projection == Projection::kThreshLowRank) {
+          p.projection == Projection::kThreshLowRank || p.projection == Projection::kFp16LowRank) {
         p.lowrank_rank = o.lowrank_rank;
       }
       const VariantRun r = run_variant(state, p, oracle);
@@ -57,8 +57,8 @@ int run_study(const StudyOptions& o, std::FILE* out) {
       p.projection = proj;
       if (proj != Projection::kTopK && proj != Projection::kTopKRest && proj != Projection::kTopKLowRank &&
           proj != Projection::kThreshLowRank) {
-        row(p, std::string("gproj / ") + projection_name(proj) +
-                   (proj == Projection::kLowRank ? " r=" + std::to_string(o.lowrank_rank) : ""));
+        const bool ranked = proj == Projection::kLowRank || proj == Projection::kFp16LowRank;
+        row(p, std::string("gproj / ") + projection_name(proj) + (ranked ? " r=" + std::to_string(o.lowrank_rank) : ""));
         continue;
       }
       for (int k : o.topk) {

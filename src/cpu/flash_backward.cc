@@ -67,8 +67,6 @@ BackwardSetup check_backward(const TensorView<const bf16>& q, const TensorView<c
                   "projection fp16-lowrank takes no dK compensation (its dK carries FP16 rounding only): set "
                   "dk_compensation_rank = 0");
     }
-    cpu::check_fp16_range(q, "q");
-    cpu::check_fp16_range(k, "k");
   }
   return s;
 }
@@ -110,8 +108,12 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       cpu::gather_head(K, k, b, hk, to_f);
       cpu::gather_head(V, v, b, hk, to_f);
       cpu::gather_head(dO, dout, b, h, to_f);
-      if (fp16) {  // delta from an FP16 copy of the forward's O
-        cpu::gather_head(Of, o_fp32, b, h, [](float x) { return cpu::round_fp16(x); });
+      if (fp16) {  // delta from an FP16 copy of the forward's O, in the units of the head's FP16 V (|O| <= max |V|)
+        cpu::gather_head(Of, o_fp32, b, h, [](float x) { return x; });
+        float vmax = 0.0f;
+        for (float x : V) vmax = std::fmax(vmax, std::fabs(x));
+        const float s = cpu::fp16_head_scale(vmax), inv = 1.0f / s;
+        for (float& x : Of) x = cpu::round_fp16(x * s) * inv;
       } else if (st.delta_from_fp32_o) {
         cpu::gather_head(Of, o_fp32, b, h, [](float x) { return x; });
       } else {
@@ -141,12 +143,12 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
         if (bound > 0.0f) sigma = std::exp2(std::clamp(14.0f - std::ceil(std::log2(bound)), -126.0f, 126.0f));
         Qh = Q;
         Kh = K;
-        for (float& x : Qh) x = cpu::round_fp16(x);
-        for (float& x : Kh) x = cpu::round_fp16(x);
+        cpu::round_fp16_head(Qh.data(), Qh.size());  // each with its own power of two (cpu/tile_ops.h)
+        cpu::round_fp16_head(Kh.data(), Kh.size());
       }
       // The GEMM operands of S, dK and dQ: fp16-lowrank's backward reads only the FP16 copies of Q and K (the
       // kernel's Qh and Kh^T, docs/design-fp16-projection.md); S from them equals S from the BF16 values wherever
-      // the conversion is exact (every BF16 value in [2^-14, 65504] and 0).
+      // the conversion is exact (every BF16 value down to 2^-28 of its head's largest, and 0).
       const float* Qg = fp16 ? Qh.data() : Q.data();
       const float* Kg = fp16 ? Kh.data() : K.data();
       std::vector<float> dQacc(static_cast<size_t>(d.Nq) * D, 0.0f);

@@ -109,21 +109,6 @@ float row_lse(const FlashParams& params, float m, float l) {
   return consistent_p(params) ? (m + std::log2(l)) * kLn2 : m + std::log(l);
 }
 
-void check_fp16_range(const TensorView<const bf16>& x, const char* name) {
-  for (int64_t b = 0; b < x.shape[0]; ++b)
-    for (int64_t n = 0; n < x.shape[1]; ++n)
-      for (int64_t h = 0; h < x.shape[2]; ++h)
-        for (int64_t e = 0; e < x.shape[3]; ++e) {
-          const float v = x.at(b, n, h, e).to_float();
-          if (std::fabs(v) > 65504.0f) {
-            throw Error(ErrorCode::kInvalidArgument,
-                        std::string("projection fp16-lowrank converts ") + name + " to FP16, whose largest value is " +
-                            "65504; " + name + "[" + std::to_string(b) + ", " + std::to_string(n) + ", " +
-                            std::to_string(h) + ", " + std::to_string(e) + "] = " + std::to_string(v));
-          }
-        }
-}
-
 }  // namespace cpu
 
 ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorView<const bf16>& k,
@@ -136,11 +121,6 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   const float scale = resolve_scale(params, d.D);
   if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}});
   const bool consistent = cpu::consistent_p(params);
-  if (consistent) {
-    cpu::check_fp16_range(q, "q");
-    cpu::check_fp16_range(k, "k");
-    cpu::check_fp16_range(v, "v");
-  }
   cpu::init_blas_threads();
   const cpu::TileGemm gemm(params.accumulation);
   const int Bq = params.block_q;
@@ -150,7 +130,6 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   ForwardResult r{Tensor<bf16>({d.B, d.Nq, d.H, d.D}), Tensor<float>({d.B, d.Nq, d.H, d.D}),
                   Tensor<float>({d.B, d.H, d.Nq}), {}};
   auto to_f = [](bf16 x) { return x.to_float(); };
-  auto to_f16 = [](bf16 x) { return cpu::round_fp16(x.to_float()); };  // fp16-lowrank: P^ V in FP16
 
   // K and V of every (b, kv head) widened to FP32 once, shared by all query blocks: (B * Hkv) x (Nk, D).
   std::vector<std::vector<float>> Kf(static_cast<size_t>(d.B * d.Hkv)), Vf(Kf.size());
@@ -158,11 +137,8 @@ ForwardResult flash_forward_cpu(const TensorView<const bf16>& q, const TensorVie
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hk = 0; hk < d.Hkv; ++hk) {
       cpu::gather_head(Kf[b * d.Hkv + hk], k, b, hk, to_f);
-      if (consistent) {
-        cpu::gather_head(Vf[b * d.Hkv + hk], v, b, hk, to_f16);
-      } else {
-        cpu::gather_head(Vf[b * d.Hkv + hk], v, b, hk, to_f);
-      }
+      cpu::gather_head(Vf[b * d.Hkv + hk], v, b, hk, to_f);
+      if (consistent) cpu::round_fp16_head(Vf[b * d.Hkv + hk].data(), Vf[b * d.Hkv + hk].size());  // P^ V in FP16
     }
 
 #pragma omp parallel

@@ -8,19 +8,16 @@
 
 #include "cpu/tile_gemm.h"
 #include "gproj/attention.h"
-#include "gproj/tensor.h"
 
 namespace gproj::cpu {
 
 // Projection::kFp16LowRank's consistent P (docs/design-fp16-projection.md): S in log2 units against an integer
 // running max m (ceil of the block max; fwdfix's tie rule is not applied: the ceil lifts a tied max off P^ = 1
 // unless the max is an integer in log2 units), P^ = fp16(2^(S log2e - m)), l summing the rounded P^, X read as
-// FP16 values (the caller converts), LSE = (m + log2 l) ln 2. The backward reproduces P = fp16(2^(S log2e - M)) 2^(M - LSE log2e) with M =
+// FP16 values (the caller converts, a power of two per head: cpu/tile_ops.h, round_fp16_head), LSE = (m + log2 l) ln 2. The backward reproduces P = fp16(2^(S log2e - M)) 2^(M - LSE log2e) with M =
 // ceil(LSE log2e) >= m, the same P^ wherever the FP16 rounding does not meet the subnormal range.
 bool consistent_p(const FlashParams& params);
 float row_lse(const FlashParams& params, float m, float l);  // -inf where m = -inf (no visible key)
-// Throws kInvalidArgument naming the first element of x (B, N, H, D) with |x| > 65504 (no FP16 value).
-void check_fp16_range(const TensorView<const bf16>& x, const char* name);
 
 // Rows i0 .. i0 + rows - 1 (Qt: rows x D, FP32 of the BF16 inputs) over their visible keys in blocks of
 // params.block_k: S = scale Q K^T (causal mask bottom-right), the running max (fwdfix's tie rule for variants

@@ -171,15 +171,10 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
       std::vector<float> Ub(U_);  // where the tail goes back to D columns
       for (float& x : Ub) x = round_bf16(x);
       gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, Ub.data(), rank_, KU_.data(), rank_, false);
-      for (float& x : KU_) x = fp16_lowrank ? round_fp16(x) : round_bf16(x);  // fp16-lowrank: P^ (K U) in FP16
       if (fp16_lowrank) {
-        for (int64_t j = 0; j < h_.Nk; ++j)
-          for (int c = 0; c < rank_; ++c)
-            if (!std::isfinite(KU_[j * rank_ + c])) {
-              throw Error(ErrorCode::kInvalidArgument,
-                          "projection fp16-lowrank: K U of key " + std::to_string(j) +
-                              " exceeds FP16's range (65504); the keys are too large for this projection");
-            }
+        round_fp16_head(KU_.data(), KU_.size());  // P^ (K U) in FP16, a power of two per head
+      } else {
+        for (float& x : KU_) x = round_bf16(x);
       }
     } else {
       gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, U_.data(), rank_, KU_.data(), rank_, false);

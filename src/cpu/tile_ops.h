@@ -2,6 +2,7 @@
 // BF16 rounding of rows. Exercised by tests/cpu/tile_ops_test.cc (accuracy of exp_fp32 against double).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -82,6 +83,26 @@ inline float round_fp16(float x) {
   float y;
   std::memcpy(&y, &u, sizeof y);
   return y;
+}
+
+// fp16-lowrank's per-head scale of an FP16 copy: the power of two s with max_abs s in [2^14, 2^15), so that the
+// head's largest value keeps FP16's 11 bits, none overflows, and values down to 2^-28 of the largest stay normal.
+// The exponent is kept within +-126 (s and 1/s finite normal floats); 1 for an all-zero or non-finite max.
+inline float fp16_head_scale(float max_abs) {
+  if (!(max_abs > 0.0f) || !std::isfinite(max_abs)) return 1.0f;
+  int e = 0;
+  std::frexp(max_abs, &e);  // max_abs in [2^(e-1), 2^e)
+  const int a = 15 - e;
+  return std::ldexp(1.0f, a < -126 ? -126 : a > 126 ? 126 : a);
+}
+
+// x[i] = fp16(x[i] s) / s for i < n, s = fp16_head_scale(max |x|): the values an FP16 copy scaled by s holds, in
+// x's units (the scaling is exact, so the emulator's FP32 products give what scaled FP16 operands give, unscaled).
+inline void round_fp16_head(float* x, size_t n) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(x[i]));
+  const float s = fp16_head_scale(m), inv = 1.0f / s;
+  for (size_t i = 0; i < n; ++i) x[i] = round_fp16(x[i] * s) * inv;
 }
 
 }  // namespace gproj::cpu

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "cuda/convert_fp16.cuh"
 #include "cuda/flash_bwd.cuh"
 #include "cuda/flash_bwd_tc.cuh"
 #include "cuda/flash_fwd.cuh"
@@ -1087,6 +1088,51 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   Status s = backward_launch(p, q, k, v, o, o_fp32, lse, dout, dq, dk, dv, workspace, stream, &kernels);
   if (s.ok) s.kernels = kernels;
   return s;
+}
+
+size_t fp16_scale_count(const Problem& p) { return static_cast<size_t>(p.B * p.H + 2 * p.B * p.Hkv); }
+
+Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                           void* qh, void* kht, void* vh, float* scales, void* workspace, void* stream) {
+  if (p.B < 1 || p.Nq < 1 || p.Nk < 1 || p.H < 1 || p.Hkv < 1) return fail(ErrorCode::kShape, "extents must be >= 1");
+  if (p.H % p.Hkv != 0) {
+    return fail(ErrorCode::kShape, "H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
+  }
+  if (p.D < 32 || p.D % 32 != 0) {
+    return fail(ErrorCode::kUnsupported, "the FP16 conversion takes D a multiple of 32, got " + std::to_string(p.D));
+  }
+  for (Status s : {check_tensor("q", q), check_tensor("k", k), check_tensor("v", v)})
+    if (!s.ok) return s;
+  if (qh == nullptr || kht == nullptr || vh == nullptr || scales == nullptr || workspace == nullptr) {
+    return fail(ErrorCode::kInvalidArgument, "qh, kht, vh, scales and workspace are required");
+  }
+  const auto st = static_cast<cudaStream_t>(stream);
+  const int B = static_cast<int>(p.B), Nq = static_cast<int>(p.Nq), Nk = static_cast<int>(p.Nk),
+            H = static_cast<int>(p.H), Hkv = static_cast<int>(p.Hkv), D = static_cast<int>(p.D);
+  const int count = static_cast<int>(fp16_scale_count(p));
+  auto* maxbits = static_cast<unsigned int*>(workspace);
+  if (cudaMemsetAsync(maxbits, 0, sizeof(unsigned int) * count, st) != cudaSuccess) return last_error("FP16 conversion");
+  const auto blocks = [](int rows) { return static_cast<unsigned>((rows + detail::kConvertRows - 1) / detail::kConvertRows); };
+  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nq), H, B), detail::kConvertThreads, 0, st>>>(strided(q), Nq, H, D,
+                                                                                               maxbits);
+  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(strided(k), Nk, Hkv, D,
+                                                                                                 maxbits + B * H);
+  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(
+      strided(v), Nk, Hkv, D, maxbits + B * H + B * Hkv);
+  detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, count);
+  const auto elementwise_grid = [](int64_t total) {
+    return static_cast<unsigned>(std::min<int64_t>((total + detail::kConvertThreads - 1) / detail::kConvertThreads, 1 << 20));
+  };
+  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nq * p.H * p.D), detail::kConvertThreads, 0, st>>>(
+      strided(q), B, Nq, H, D, scales, static_cast<__half*>(qh));
+  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nk * p.Hkv * p.D), detail::kConvertThreads, 0, st>>>(
+      strided(v), B, Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
+  detail::fp16_convert_transpose_kernel<<<dim3((Nk + 31) / 32, D / 32, B * Hkv), dim3(32, 8), 0, st>>>(
+      strided(k), Nk, Hkv, D, scales + B * H, static_cast<__half*>(kht));
+  if (Status e = last_error("FP16 conversion"); !e.ok) return e;
+  Status ok;
+  ok.kernels = "FP16 conversion (per-head absmax, scale, convert, transpose)";
+  return ok;
 }
 
 }  // namespace gproj::cuda

@@ -74,14 +74,7 @@ INSTANTIATE_TEST_SUITE_P(CausalAndNot, SharedKey, ::testing::Values(false, true)
 TEST(Projection, Fp16LowRankKeepsItsScaleFiniteForATinyDo) {
   // dO of ~1e-37: the power of two that brings dS to FP16's range would be 2^131, Inf as a float (dS = NaN); it is
   // held at 2^126, where dS still lands in FP16's normal range.
-  SyntheticSpec spec;
-  spec.B = 1;
-  spec.Nq = spec.Nk = 96;
-  spec.H = spec.Hkv = 2;
-  spec.D = 32;
-  spec.causal = true;
-  spec.seed = 21;
-  AttentionState s = make_synthetic(spec);
+  AttentionState s = test::state_for(test::Case{96, 96, 2, 2, 32, true, 64, 64}, 21);
   for (bf16& x : s.dout.values) x = bf16::from_float(x.to_float() * 1e-37f);
   const OracleRun oracle = run_oracle(s);
   const VariantRun r = run_variant(s, test::params_for(Variant::kGproj, Projection::kFp16LowRank), oracle);
@@ -95,18 +88,11 @@ TEST(Projection, Fp16LowRankKeepsItsScaleFiniteForATinyDo) {
 // so BF16 inputs far above FP16's largest value or far below its normal range keep their precision: keys of
 // ~1e-6 (FP16 subnormals without the scale: dQ 1.76%) and a value of 70144 (beyond 65504).
 TEST(Projection, Fp16LowRankScalesEachHeadIntoFp16Range) {
-  SyntheticSpec spec;
-  spec.B = 1;
-  spec.Nq = spec.Nk = 128;
-  spec.H = 2;
-  spec.Hkv = 1;
-  spec.D = 64;
-  spec.causal = true;
-  spec.seed = 33;
-  AttentionState tiny = make_synthetic(spec);
+  const test::Case c{128, 128, 2, 1, 64, true, 64, 64};
+  AttentionState tiny = test::state_for(c, 33);
   for (bf16& x : tiny.k.values) x = bf16::from_float(x.to_float() * 1e-6f);
   for (bf16& x : tiny.q.values) x = bf16::from_float(x.to_float() * 1e4f);
-  AttentionState large = make_synthetic(spec);
+  AttentionState large = test::state_for(c, 33);
   for (bf16& x : large.v.values) x = bf16::from_float(x.to_float() * 3e4f);
   large.v.at(0, 3, 0, 5) = bf16::from_float(70000.0f);  // 70144 in BF16
   for (const auto& [name, s] : {std::pair<const char*, const AttentionState*>{"k x 1e-6, q x 1e4", &tiny},
@@ -124,12 +110,7 @@ TEST(Projection, Fp16LowRankScalesEachHeadIntoFp16Range) {
 }
 
 TEST(Projection, Fp16LowRankRefusesWhatItDoesNotTake) {
-  SyntheticSpec spec;
-  spec.B = 1;
-  spec.Nq = spec.Nk = 16;
-  spec.H = spec.Hkv = 1;
-  spec.D = 32;
-  const AttentionState s = make_synthetic(spec);
+  const AttentionState s = test::state_for(test::Case{16, 16, 1, 1, 32, false, 64, 64}, 4);
   const FlashParams p = test::params_for(Variant::kGproj, Projection::kFp16LowRank);
   const ForwardResult f = flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), p);
   FlashParams comp = p;

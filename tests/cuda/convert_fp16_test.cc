@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "cpu/test_support.h"
 #include "cpu/tile_ops.h"
 #include "gproj/backend.h"
 #include "gproj/cuda/attention_cuda.h"
-#include "gproj/synthetic.h"
 
 namespace gproj {
 namespace {
@@ -75,32 +75,25 @@ std::vector<float> cpu_scales(const Tensor<bf16>& t) {
 
 TEST(ConvertFp16, ScalesAndEveryElementMatchTheCpu) {
   if (const std::string why = gpu_missing(); !why.empty()) GTEST_SKIP() << "CUDA tests need a GPU: " << why;
-  SyntheticSpec spec;
-  spec.B = 2;
-  spec.Nq = 100;
-  spec.Nk = 70;
-  spec.H = 4;
-  spec.Hkv = 2;
-  spec.D = 64;
-  spec.seed = 8;
-  AttentionState s = make_synthetic(spec);
+  const test::Case c{100, 70, 4, 2, 64, false, 64, 64};
+  AttentionState s = test::state_for(c, 8);  // B = 2
   // Heads far apart: q's from 1e-6 to 1e3, k's kv head 1 beyond FP16's 65504, v's kv head 0 at 1e-6.
   const float q_mul[4] = {1e-6f, 1e-2f, 1.0f, 1e3f};
   for (int64_t b = 0; b < 2; ++b)
-    for (int64_t n = 0; n < spec.Nq; ++n)
+    for (int64_t n = 0; n < c.Nq; ++n)
       for (int64_t h = 0; h < 4; ++h)
         for (int64_t d = 0; d < 64; ++d) {
           bf16& x = s.q.at(b, n, h, d);
           x = bf16::from_float(x.to_float() * q_mul[h]);
         }
   for (int64_t b = 0; b < 2; ++b)
-    for (int64_t n = 0; n < spec.Nk; ++n)
+    for (int64_t n = 0; n < c.Nk; ++n)
       for (int64_t d = 0; d < 64; ++d) {
         s.k.at(b, n, 1, d) = bf16::from_float(s.k.at(b, n, 1, d).to_float() * 4e4f);
         s.v.at(b, n, 0, d) = bf16::from_float(s.v.at(b, n, 0, d).to_float() * 1e-6f);
       }
   cuda::Problem p;
-  p.B = 2, p.Nq = spec.Nq, p.Nk = spec.Nk, p.H = 4, p.Hkv = 2, p.D = 64, p.softmax_scale = 0.125f;
+  p.B = 2, p.Nq = c.Nq, p.Nk = c.Nk, p.H = 4, p.Hkv = 2, p.D = 64, p.softmax_scale = 0.125f;
   const size_t count = cuda::fp16_scale_count(p), nq = s.q.values.size(), nk = s.k.values.size();
   DeviceBytes q(nq * 2, s.q.values.data()), k(nk * 2, s.k.values.data()), v(nk * 2, s.v.values.data());
   DeviceBytes qh(nq * 2), kht(nk * 2), vh(nk * 2), scales(count * 4), ws(count * 4);
@@ -130,15 +123,15 @@ TEST(ConvertFp16, ScalesAndEveryElementMatchTheCpu) {
   };
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t h = 0; h < 4; ++h)
-      for (int64_t n = 0; n < spec.Nq; ++n)
+      for (int64_t n = 0; n < c.Nq; ++n)
         for (int64_t d = 0; d < 64; ++d)
-          expect(s.q.at(b, n, h, d).to_float(), want_s[b * 4 + h], gq[((b * spec.Nq + n) * 4 + h) * 64 + d]);
+          expect(s.q.at(b, n, h, d).to_float(), want_s[b * 4 + h], gq[((b * c.Nq + n) * 4 + h) * 64 + d]);
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t hk = 0; hk < 2; ++hk)
-      for (int64_t n = 0; n < spec.Nk; ++n)
+      for (int64_t n = 0; n < c.Nk; ++n)
         for (int64_t d = 0; d < 64; ++d) {
-          expect(s.k.at(b, n, hk, d).to_float(), want_s[8 + b * 2 + hk], gk[((b * 2 + hk) * 64 + d) * spec.Nk + n]);
-          expect(s.v.at(b, n, hk, d).to_float(), want_s[12 + b * 2 + hk], gv[((b * spec.Nk + n) * 2 + hk) * 64 + d]);
+          expect(s.k.at(b, n, hk, d).to_float(), want_s[8 + b * 2 + hk], gk[((b * 2 + hk) * 64 + d) * c.Nk + n]);
+          expect(s.v.at(b, n, hk, d).to_float(), want_s[12 + b * 2 + hk], gv[((b * c.Nk + n) * 2 + hk) * 64 + d]);
         }
   EXPECT_EQ(checked, static_cast<int64_t>(nq + 2 * nk));
   EXPECT_EQ(wrong, 0) << "elements whose FP16 copy differs from the CPU's, of " << checked;

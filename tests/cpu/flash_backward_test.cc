@@ -64,6 +64,37 @@ TEST_P(BackwardSweep, EveryVariantWithinDerivedTolerance) {
   }
 }
 
+// gproj with projection fp16-lowrank (docs/design-fp16-projection.md), whose rounding points differ from the
+// variants' above (docs/numerics.md): O and the gradients within the same derived tolerances on every awkward size
+// (rows with no visible key, length 1, GQA and MQA, tiles that do not divide N), and the LSE it keeps (from an
+// integer max and the sum of the FP16 P^) within FP32 rounding of the oracle's, relative to the row's logits.
+TEST_P(BackwardSweep, Fp16LowRankWithinDerivedTolerance) {
+  const Case c = GetParam();
+  const AttentionState s = state_for(c, 2000 + c.Nq * 5 + c.Nk);
+  const OracleRun oracle = run_oracle(s);
+  FlashParams p = test::tiles_of(c);
+  p.variant = Variant::kFp32;
+  const test::Tolerances tol = test::derive_tolerances(run_variant(s, p, oracle), oracle);
+  p.variant = Variant::kGproj;
+  p.projection = Projection::kFp16LowRank;
+  const VariantRun r = run_variant(s, p, oracle);
+  test::print_evidence("gproj / fp16-lowrank", r);
+  EXPECT_LE(r.o.rel_fro, tol.o);
+  EXPECT_LE(r.dq.rel_fro, tol.dq);
+  EXPECT_LE(r.dk.rel_fro, tol.dk);
+  EXPECT_LE(r.dv.rel_fro, tol.dv);
+  // LSE: log l of FP16-rounded terms, each within 2^-11 relative, so within 2^-11 of the oracle's (plus FP32
+  // rounding of m ln 2 and of the sum); -inf exactly where the oracle's is.
+  for (size_t i = 0; i < r.fwd.lse.values.size(); ++i) {
+    const double want = oracle.fwd.lse.values[i], got = r.fwd.lse.values[i];
+    if (std::isinf(want)) {
+      ASSERT_TRUE(std::isinf(got) && got < 0) << "row " << i;
+      continue;
+    }
+    ASSERT_LE(std::fabs(got - want), 0x1.0p-11 + 1e-6 * (1 + std::fabs(want))) << "row " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Awkward, BackwardSweep, ::testing::ValuesIn(test::awkward_cases()), case_name);
 
 TEST(Backward, RowResidualComesFromTheBf16Rounding) {

@@ -61,12 +61,10 @@ BackwardSetup check_backward(const TensorView<const bf16>& q, const TensorView<c
                                                  format_extents(4, q.shape));
   }
   if (!params.allow_nonfinite) check_finite_inputs({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"do", dout}});
-  if (s.projection == Projection::kFp16LowRank) {
-    if (params.dk_compensation_rank > 0) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "projection fp16-lowrank takes no dK compensation (its dK carries FP16 rounding only): set "
-                  "dk_compensation_rank = 0");
-    }
+  if (s.projection == Projection::kFp16LowRank && params.dk_compensation_rank > 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "projection fp16-lowrank takes no dK compensation (its dK carries FP16 rounding only): set "
+                "dk_compensation_rank = 0");
   }
   return s;
 }
@@ -110,10 +108,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       cpu::gather_head(dO, dout, b, h, to_f);
       if (fp16) {  // delta from an FP16 copy of the forward's O, in the units of the head's FP16 V (|O| <= max |V|)
         cpu::gather_head(Of, o_fp32, b, h, [](float x) { return x; });
-        float vmax = 0.0f;
-        for (float x : V) vmax = std::fmax(vmax, std::fabs(x));
-        const float s = cpu::fp16_head_scale(vmax), inv = 1.0f / s;
-        for (float& x : Of) x = cpu::round_fp16(x * s) * inv;
+        cpu::round_fp16_scaled(Of.data(), Of.size(), cpu::fp16_head_scale(cpu::max_abs(V.data(), V.size())));
       } else if (st.delta_from_fp32_o) {
         cpu::gather_head(Of, o_fp32, b, h, [](float x) { return x; });
       } else {

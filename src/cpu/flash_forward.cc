@@ -63,7 +63,7 @@ void forward_query_block(const TileGemm& gemm, const FlashParams& params, float 
       const int64_t limit = i0 + i + Nk - Nq;  // last visible key of this row
       if (consistent) {
         // The consistent P: S in log2 units, an integer running max (its rescaling 2^(m_old - m_new) is exact),
-        // P^ rounded to FP16 and l summing the rounded P^ (consistent_p_tile reproduces it in the backward).
+        // P^ rounded to FP16 and l summing the rounded P^ (flash_backward.cc's p_tile reproduces it from the LSE).
         for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale_log2 * s[j];
         float rm = kNegInf;
         for (int j = 0; j < cols; ++j) rm = std::max(rm, s[j]);

@@ -404,10 +404,12 @@ void RowProjection::finish() {
     case Projection::kPWeighted:
     case Projection::kPWeightedDq:
     case Projection::kLowRank:
+    case Projection::kFp16LowRank:  // P (K U) and s_i from the forward; dK left as it is (with the consistent P its
+                                    // error is dS's FP16 rounding, not the queries' shared component)
       for (int64_t i = 0; i < h_.Nq; ++i) {
         if (!(s_[i] > 0.0f)) continue;
         const float c = r_[i] / s_[i];
-        if (kind_ == Projection::kLowRank) {
+        if (kind_ == Projection::kLowRank || kind_ == Projection::kFp16LowRank) {
           for (int e = 0; e < D; ++e) {
             float back = 0.0f;  // (P K U)_i U^T
             for (int t = 0; t < rank_; ++t) back += pku_[i * rank_ + t] * U_[e * rank_ + t];
@@ -418,7 +420,7 @@ void RowProjection::finish() {
         }
         r_after_[i] = r_[i] - c * s_[i];
       }
-      if (kind_ != Projection::kPWeighted) uniform_dk(uniform_coefficients());
+      if (kind_ == Projection::kPWeightedDq || kind_ == Projection::kLowRank) uniform_dk(uniform_coefficients());
       return;
     case Projection::kTopK:
     case Projection::kTopKRest:
@@ -427,20 +429,6 @@ void RowProjection::finish() {
     case Projection::kTopKLowRank:
     case Projection::kThreshLowRank:
       topk_lowrank_finish();
-      return;
-    case Projection::kFp16LowRank:
-      // dQ_i -= c_i (P (K U))_i U^T, c_i = r_i / s_i, both statistics from the forward; dK is left as it is (with
-      // the consistent P its error is the FP16 rounding of dS, not the queries' shared component).
-      for (int64_t i = 0; i < h_.Nq; ++i) {
-        if (!(s_[i] > 0.0f)) continue;
-        const float c = r_[i] / s_[i];
-        for (int e = 0; e < D; ++e) {
-          float back = 0.0f;
-          for (int t = 0; t < rank_; ++t) back += pku_[i * rank_ + t] * U_[e * rank_ + t];
-          h_.dQacc[i * D + e] -= c * back;
-        }
-        r_after_[i] = r_[i] - c * s_[i];
-      }
       return;
   }
 }

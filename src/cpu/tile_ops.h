@@ -96,13 +96,20 @@ inline float fp16_head_scale(float max_abs) {
   return std::ldexp(1.0f, a < -126 ? -126 : a > 126 ? 126 : a);
 }
 
-// x[i] = fp16(x[i] s) / s for i < n, s = fp16_head_scale(max |x|): the values an FP16 copy scaled by s holds, in
-// x's units (the scaling is exact, so the emulator's FP32 products give what scaled FP16 operands give, unscaled).
-inline void round_fp16_head(float* x, size_t n) {
+inline float max_abs(const float* x, size_t n) {
   float m = 0.0f;
   for (size_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(x[i]));
-  const float s = fp16_head_scale(m), inv = 1.0f / s;
+  return m;
+}
+
+// x[i] = fp16(x[i] s) / s for i < n, s a power of two: the values an FP16 copy scaled by s holds, in x's units (the
+// scaling is exact, so the emulator's FP32 products give what scaled FP16 operands give, unscaled).
+inline void round_fp16_scaled(float* x, size_t n, float s) {
+  const float inv = 1.0f / s;
   for (size_t i = 0; i < n; ++i) x[i] = round_fp16(x[i] * s) * inv;
 }
+
+// The same with the head's own scale, s = fp16_head_scale(max |x|).
+inline void round_fp16_head(float* x, size_t n) { round_fp16_scaled(x, n, fp16_head_scale(max_abs(x, n))); }
 
 }  // namespace gproj::cpu

@@ -99,7 +99,8 @@ if [ "${NCU_LIMITS:-0}" = 1 ]; then
       reports=()
       for v in ${NCU_ONLY:-gproj}; do
         for i in "${!bins[@]}"; do
-          csv="$out/limits/${v}_${shape//:/_}_${kind}_${commits[$i]//+/_}.csv"  # no "+": the device tool drops such names
+          # No "+" in the name (the commit's "+ablateN"): the device tool does not return such files.
+          csv="$out/limits/${v}_${shape//:/_}_${kind}_${commits[$i]//+/_}.csv"
           # The second launch is the timed call (the bench runs each phase twice).
           # shellcheck disable=SC2086
           timeout 150 "${warm_ncu[@]}" -k "regex:${NCU_KERNEL:-flash_bwd_wg}" \

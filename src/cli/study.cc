@@ -58,7 +58,8 @@ int run_study(const StudyOptions& o, std::FILE* out) {
       if (proj != Projection::kTopK && proj != Projection::kTopKRest && proj != Projection::kTopKLowRank &&
           proj != Projection::kThreshLowRank) {
         const bool ranked = proj == Projection::kLowRank || proj == Projection::kFp16LowRank;
-        row(p, std::string("gproj / ") + projection_name(proj) + (ranked ? " r=" + std::to_string(o.lowrank_rank) : ""));
+        row(p, std::string("gproj / ") + projection_name(proj) +
+                   (ranked ? " r=" + std::to_string(o.lowrank_rank) : ""));
         continue;
       }
       for (int k : o.topk) {

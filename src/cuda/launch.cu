@@ -31,11 +31,16 @@ using detail::kThreads;
 
 Status fail(ErrorCode code, const std::string& m) { return Status{false, code, m}; }
 
-Status check_problem(const Problem& p) {
+Status check_extents(const Problem& p) {
   if (p.B < 1 || p.Nq < 1 || p.Nk < 1 || p.H < 1 || p.Hkv < 1) return fail(ErrorCode::kShape, "extents must be >= 1");
   if (p.H % p.Hkv != 0)
     return fail(ErrorCode::kShape,
                 "H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
+  return {};
+}
+
+Status check_problem(const Problem& p) {
+  if (Status s = check_extents(p); !s.ok) return s;
   if (p.D != 64 && p.D != 128)
     return fail(ErrorCode::kUnsupported,
                 "unsupported head dim D = " + std::to_string(p.D) + " (CUDA supports 64, 128)");
@@ -1094,10 +1099,7 @@ size_t fp16_scale_count(const Problem& p) { return static_cast<size_t>(p.B * p.H
 
 Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                            void* qh, void* kht, void* vh, float* scales, void* workspace, void* stream) {
-  if (p.B < 1 || p.Nq < 1 || p.Nk < 1 || p.H < 1 || p.Hkv < 1) return fail(ErrorCode::kShape, "extents must be >= 1");
-  if (p.H % p.Hkv != 0) {
-    return fail(ErrorCode::kShape, "H % Hkv != 0 (H = " + std::to_string(p.H) + ", Hkv = " + std::to_string(p.Hkv) + ")");
-  }
+  if (Status s = check_extents(p); !s.ok) return s;
   if (p.D < 32 || p.D % 32 != 0) {
     return fail(ErrorCode::kUnsupported, "the FP16 conversion takes D a multiple of 32, got " + std::to_string(p.D));
   }
@@ -1111,8 +1113,12 @@ Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const Device
             H = static_cast<int>(p.H), Hkv = static_cast<int>(p.Hkv), D = static_cast<int>(p.D);
   const int count = static_cast<int>(fp16_scale_count(p));
   auto* maxbits = static_cast<unsigned int*>(workspace);
-  if (cudaMemsetAsync(maxbits, 0, sizeof(unsigned int) * count, st) != cudaSuccess) return last_error("FP16 conversion");
-  const auto blocks = [](int rows) { return static_cast<unsigned>((rows + detail::kConvertRows - 1) / detail::kConvertRows); };
+  if (cudaMemsetAsync(maxbits, 0, sizeof(unsigned int) * count, st) != cudaSuccess) {
+    return last_error("FP16 conversion");
+  }
+  const auto blocks = [](int rows) {
+    return static_cast<unsigned>((rows + detail::kConvertRows - 1) / detail::kConvertRows);
+  };
   detail::fp16_head_absmax_kernel<<<dim3(blocks(Nq), H, B), detail::kConvertThreads, 0, st>>>(strided(q), Nq, H, D,
                                                                                                maxbits);
   detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(strided(k), Nk, Hkv, D,
@@ -1121,7 +1127,8 @@ Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const Device
       strided(v), Nk, Hkv, D, maxbits + B * H + B * Hkv);
   detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, count);
   const auto elementwise_grid = [](int64_t total) {
-    return static_cast<unsigned>(std::min<int64_t>((total + detail::kConvertThreads - 1) / detail::kConvertThreads, 1 << 20));
+    const int64_t blocks_needed = (total + detail::kConvertThreads - 1) / detail::kConvertThreads;
+    return static_cast<unsigned>(std::min<int64_t>(blocks_needed, 1 << 20));  // grid-stride beyond
   };
   detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nq * p.H * p.D), detail::kConvertThreads, 0, st>>>(
       strided(q), B, Nq, H, D, scales, static_cast<__half*>(qh));

@@ -176,7 +176,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
                                               : cols;
           if (fp16 && vis > 0) {
             const float l2 = L[i0 + i] * kLog2e, M = std::ceil(l2), inv_l = std::exp2(M - l2);
-            for (int j = 0; j < vis; ++j) p[j] = cpu::round_fp16(std::exp2(scale_log2 * p[j] - M)) * inv_l;
+            for (int j = 0; j < vis; ++j) p[j] = cpu::round_fp16(std::exp2(std::fma(p[j], scale_log2, -M))) * inv_l;
           } else {
             for (int j = 0; j < vis; ++j) p[j] = scale * p[j];
             cpu::exp_sub_row(p, vis, L[i0 + i]);

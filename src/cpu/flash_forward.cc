@@ -64,10 +64,12 @@ void forward_query_block(const TileGemm& gemm, const FlashParams& params, float 
       if (consistent) {
         // The consistent P: S in log2 units, an integer running max (its rescaling 2^(m_old - m_new) is exact),
         // P^ rounded to FP16 and l summing the rounded P^ (flash_backward.cc's p_tile reproduces it from the LSE).
-        for (int j = 0; j < cols; ++j) s[j] = (params.causal && j0 + j > limit) ? kNegInf : scale_log2 * s[j];
+        // The exponent is one fused multiply-add, S scale log2e - m rounded once, as the kernels' FFMA forms it.
+        for (int j = 0; j < cols; ++j)
+          if (params.causal && j0 + j > limit) s[j] = kNegInf;
         float rm = kNegInf;
         for (int j = 0; j < cols; ++j) rm = std::max(rm, s[j]);
-        const float m_new = std::max(m[i], std::ceil(rm));
+        const float m_new = std::max(m[i], std::ceil(scale_log2 * rm));  // (scale > 0: the max of the scaled row)
         if (m_new == kNegInf) {
           std::fill(s, s + cols, 0.0f);
           continue;
@@ -75,7 +77,7 @@ void forward_query_block(const TileGemm& gemm, const FlashParams& params, float 
         const float alpha = m[i] == kNegInf ? 0.0f : std::exp2(m[i] - m_new);
         float rowsum = 0.0f;
         for (int j = 0; j < cols; ++j) {
-          s[j] = round_fp16(std::exp2(s[j] - m_new));
+          s[j] = round_fp16(std::exp2(std::fma(s[j], scale_log2, -m_new)));  // masked: exp2(-inf) = 0
           rowsum += s[j];
         }
         l[i] = l[i] * alpha + rowsum;

@@ -172,7 +172,9 @@ RowProjection::RowProjection(Projection kind, const HeadView& head, int lowrank_
       for (float& x : Ub) x = round_bf16(x);
       gemm_.nn(static_cast<int>(h_.Nk), rank_, D, h_.K, D, Ub.data(), rank_, KU_.data(), rank_, false);
       if (fp16_lowrank) {
-        round_fp16_head(KU_.data(), KU_.size());  // P^ (K U) in FP16, a power of two per head
+        // P^ (K U) in FP16, its power of two from K's (the kernels' form: cpu/tile_ops.h, fp16_ku_scale)
+        const float k_scale = fp16_head_scale(max_abs(h_.K, static_cast<size_t>(h_.Nk) * D));
+        round_fp16_scaled(KU_.data(), KU_.size(), fp16_ku_scale(k_scale, D));
       } else {
         for (float& x : KU_) x = round_bf16(x);
       }

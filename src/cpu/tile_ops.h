@@ -96,6 +96,16 @@ inline float fp16_head_scale(float max_abs) {
   return std::ldexp(1.0f, a < -126 ? -126 : a > 126 ? 126 : a);
 }
 
+// fp16-lowrank's FP16 copy of K U (the forward's statistics operand): |(K bf16(U))_jc| <= max |K| ||bf16(U)_c||_1
+// <= max |K| sqrt(D) (1 + 2^-8) for orthonormal columns of U, so K's head scale over 2^c with 2^c >= sqrt(D) (1 +
+// 2^-8) keeps every value below 2^15 without a pass over K U for its max (the kernels form the scale from K's
+// alone). Values below the largest by more than ~2^-25 become FP16 subnormals: contributions below P's rounding.
+inline float fp16_ku_scale(float k_scale, int D) {
+  int c = 0;
+  while (std::ldexp(1.0, 2 * c) < D * (1.0 + 1.0 / 256) * (1.0 + 1.0 / 256)) ++c;  // 4^c >= D (1 + 2^-8)^2
+  return std::fmax(std::ldexp(k_scale, -c), std::ldexp(1.0f, -126));
+}
+
 inline float max_abs(const float* x, size_t n) {
   float m = 0.0f;
   for (size_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(x[i]));

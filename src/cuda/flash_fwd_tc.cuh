@@ -163,9 +163,12 @@ __device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pf)[4][4
 // F5 and the LSE: the quad's partial row sums l are summed, O = bf16(acc / l) (and the FP32 acc / l when asked)
 // of rows row_a and row_a + 8 from accumulators in the m16n8 C layout (acc[n][e]: column 8 n + 2 t + e % 2), and
 // LSE = m + log(l); empty rows give O = 0 and LSE = -inf. Shared by the mma.sync and wgmma forwards.
-template <int D>
+// kH16 (fp16-lowrank, the consistent P): m is in log2 units, LSE = (m + log2 l) ln 2, and acc is in the units of
+// the FP16 V, scaled by the power of two v_scale: O = acc / (l v_scale).
+template <int D, bool kH16 = false>
 __device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h, int row_a, int tq, float m_a,
-                                            float m_b, float l_a, float l_b, const float (&acc)[D / 8][4]) {
+                                            float m_b, float l_a, float l_b, const float (&acc)[D / 8][4],
+                                            float v_scale = 1.0f) {
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
     l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
@@ -175,7 +178,8 @@ __device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h,
   for (int half = 0; half < 2; ++half) {
     const int i = row_a + 8 * half;
     if (i >= p.Nq) continue;
-    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
+    const float m = half ? m_b : m_a, l_sum = half ? l_b : l_a;
+    const float l = kH16 ? l_sum * v_scale : l_sum;
     const bool empty = m == neg_inf();
     const int64_t base = ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D;
 #pragma unroll
@@ -185,7 +189,10 @@ __device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h,
       *reinterpret_cast<__nv_bfloat162*>(p.o_out + base + d) = __floats2bfloat162_rn(x0, x1);  // F5
       if (p.o_fp32_out) *reinterpret_cast<float2*>(p.o_fp32_out + base + d) = make_float2(x0, x1);
     }
-    if (tq == 0) p.lse_out[(static_cast<int64_t>(b) * p.H + h) * p.Nq + i] = empty ? neg_inf() : m + logf(l);
+    if (tq == 0) {
+      const float lse = kH16 ? (m + log2f(l_sum)) * 0.693147180559945309f : m + logf(l);
+      p.lse_out[(static_cast<int64_t>(b) * p.H + h) * p.Nq + i] = empty ? neg_inf() : lse;
+    }
   }
 }
 

@@ -59,6 +59,98 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
   }
 }
 
+// 2^(m_old - m_new) of two integer running maxima (kH16), exactly: 1 when equal (both -inf too), 0 below 2^-126 or
+// from -inf (the accumulators are zero then).
+__device__ __forceinline__ float pow2_step(float m_old, float m_new) {
+  if (m_old == m_new) return 1.0f;
+  const float d = m_old - m_new;
+  return d >= -126.0f ? __int_as_float((static_cast<int>(d) + 127) << 23) : 0.0f;
+}
+
+// kH16 (fp16-lowrank, docs/design-fp16-projection.md): one key block of the consistent P for a warp's 16 rows, the
+// CPU emulator's cpu::forward_query_block step. Masks as softmax_block does, takes the row max of S in log2 units
+// rounded up to an integer (m_new = max(m, ceil(max S scale log2e)): the rescale 2^(m_old - m_new) is exact), and
+// leaves P^ = fp16(exp2(S scale log2e - m_new)) (one FFMA, rounded once) in s as FP32 values, which pack_p_f16
+// converts exactly after the in-flight P V; l sums the rounded P^. No fwdfix: the integer max is the tie rule's
+// replacement (the emulator's fp16-lowrank takes none).
+template <bool kTree>
+__device__ __forceinline__ void softmax_block_h16(const KernelParams& p, float (&s)[32], bool need_mask, int j0,
+                                                  int tq, int lim_a, int lim_b, float& m_a, float& m_b, float& l_a,
+                                                  float& l_b, float& alpha_a, float& alpha_b) {
+  if (need_mask) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j0 + n * 8 + 2 * tq + (e & 1);
+        if (col > (e < 2 ? lim_a : lim_b) || col >= p.Nk) s[4 * n + e] = neg_inf();
+      }
+  }
+  float t1a[8], t1b[8];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    t1a[n] = fmaxf(s[4 * n], s[4 * n + 1]);
+    t1b[n] = fmaxf(s[4 * n + 2], s[4 * n + 3]);
+  }
+#pragma unroll
+  for (int w = 1; w < 8; w <<= 1)
+#pragma unroll
+    for (int n = 0; n < 8; n += 2 * w) {
+      t1a[n] = fmaxf(t1a[n], t1a[n + w]);
+      t1b[n] = fmaxf(t1b[n], t1b[n + w]);
+    }
+  float rm_a = t1a[0], rm_b = t1b[0];
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    rm_a = fmaxf(rm_a, __shfl_xor_sync(0xffffffffu, rm_a, o));
+    rm_b = fmaxf(rm_b, __shfl_xor_sync(0xffffffffu, rm_b, o));
+  }
+  const float sl2 = p.scale * kLog2e;  // the emulator's scale_log2 (scale > 0: the max of the scaled row)
+  const float mn_a = fmaxf(m_a, ceilf(rm_a * sl2)), mn_b = fmaxf(m_b, ceilf(rm_b * sl2));
+  alpha_a = pow2_step(m_a, mn_a);
+  alpha_b = pow2_step(m_b, mn_b);
+  m_a = mn_a;
+  m_b = mn_b;
+  const float mu_a = mn_a == neg_inf() ? 0.0f : mn_a, mu_b = mn_b == neg_inf() ? 0.0f : mn_b;
+  float psa[8], psb[8];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 pa = __half22float2(__floats2half2_rn(fast_exp2(fmaf(s[4 * n], sl2, -mu_a)),
+                                                       fast_exp2(fmaf(s[4 * n + 1], sl2, -mu_a))));
+    const float2 pb = __half22float2(__floats2half2_rn(fast_exp2(fmaf(s[4 * n + 2], sl2, -mu_b)),
+                                                       fast_exp2(fmaf(s[4 * n + 3], sl2, -mu_b))));
+    s[4 * n] = pa.x, s[4 * n + 1] = pa.y, s[4 * n + 2] = pb.x, s[4 * n + 3] = pb.y;
+    psa[n] = pa.x + pa.y;
+    psb[n] = pb.x + pb.y;
+  }
+  if constexpr (kTree) {
+#pragma unroll
+    for (int w = 1; w < 8; w <<= 1)
+#pragma unroll
+      for (int n = 0; n < 8; n += 2 * w) {
+        psa[n] += psa[n + w];
+        psb[n] += psb[n + w];
+      }
+  } else {
+#pragma unroll
+    for (int n = 1; n < 8; ++n) {
+      psa[0] += psa[n];
+      psb[0] += psb[n];
+    }
+  }
+  l_a = l_a * alpha_a + psa[0];
+  l_b = l_b * alpha_b + psb[0];
+}
+
+// P^ (FP16 values held as FP32 by softmax_block_h16) as f16x2 A fragments of P V: exact conversions.
+__device__ __forceinline__ void pack_p_f16(const float (&s)[32], uint32_t (&pf)[4][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    pf[n >> 1][(n & 1) * 2] = pack_f16(s[4 * n], s[4 * n + 1]);
+    pf[n >> 1][(n & 1) * 2 + 1] = pack_f16(s[4 * n + 2], s[4 * n + 3]);
+  }
+}
+
 // kTma (v2.2): thread 0 loads Q and the K, V blocks with TMA (two blocks ahead, three stages; mbarriers full per
 // stage, completed by the copies, and empty per stage, one arrival per warp once its P V of the block is done),
 // and no CTA-wide barrier remains in the loop: the two warpgroups drift apart, as in the backward's v3.1.
@@ -76,12 +168,16 @@ __device__ __forceinline__ void load_sw128_async(bf16_t* dst, const Strided& t, 
 // fwdfix) fell to one CTA per SM and lost 34-35% at D = 64; the kernels here need 127 (baseline) and 128 (fwdfix).
 // (Launch bounds asking for two CTAs would hold that, but made ptxas schedule fwdfix's D = 64 step differently;
 // check `-Xptxas -v` after a change instead.)
-template <int D, bool kTieFix, bool kTma = false, bool kStats = false>
+// kH16 (fp16-lowrank, on v2.3; docs/design-fp16-projection.md, build step 3): the consistent P (softmax_block_h16),
+// P V and the statistics as one FP16 product against the FP16 copy of V (maps.v over the conversion pass's vh)
+// and fp16(K U s_ku) tiles (maps.ku), O = acc / (l s_v), LSE = (m + log2 l) ln 2, the record's P (K U) / (l s_ku).
+template <int D, bool kTieFix, bool kTma = false, bool kStats = false, bool kH16 = false>
 __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
     flash_fwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BQ = kFwdWgRows<D>, BK = 64, kNB = D / 64, kThreads = kFwdWgThreads<D>;
   static_assert(!kStats || kTma, "the forward's statistics ride on v2.2's TMA ring");
+  static_assert(!kH16 || (kStats && !kTieFix && D == 128), "fp16-lowrank's forward: v2.3 at D = 128, no fwdfix");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BQ][64]
@@ -222,7 +318,13 @@ __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
     // block: ~60 of the ~400 warp instructions per block, 15% of the stall samples, non-causal N = 4k).
     const bool need_mask = j0 + BK > p.Nk || j0 + BK - 1 > warp_lim;
     constexpr bool kTree = D == 128;  // v2.11
-    if (need_mask) {
+    if constexpr (kH16) {
+      if (need_mask) {
+        softmax_block_h16<kTree>(p, s, true, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b);
+      } else {
+        softmax_block_h16<kTree>(p, s, false, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b);
+      }
+    } else if (need_mask) {
       softmax_block<kTieFix, false, kTree>(p, s, true, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
     } else {
       softmax_block<kTieFix, false, kTree>(p, s, false, j0, tq, lim_a, lim_b, m_a, m_b, l_a, l_b, alpha_a, alpha_b, pf);
@@ -235,7 +337,11 @@ __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) fence_regs(o[nb]);
     if constexpr (kStats) fence_regs(kus);
-    pack_p(s, pf);
+    if constexpr (kH16) {
+      pack_p_f16(s, pf);
+    } else {
+      pack_p(s, pf);
+    }
     if (!__all_sync(0xffffffffu, alpha_a == 1.0f && alpha_b == 1.0f)) {  // else the identity (see v1)
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb)
@@ -281,7 +387,8 @@ __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
     if constexpr (kStats && !kFwdAblateStats && kNB == 2) {  // v2.6: the record's 8 columns ride on P V (n136)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma_rs_n136<1>(reinterpret_cast<float(&)[68]>(oacc), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
+        wgmma_rs_n136<1, kH16>(reinterpret_cast<float(&)[68]>(oacc), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64),
+                               1);
     } else if constexpr (kStats && !kFwdAblateStats) {  // (D = 64: n72)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
@@ -315,6 +422,14 @@ __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
       lb += __shfl_xor_sync(0xffffffffu, lb, x);
     }
     const int64_t rec = (static_cast<int64_t>(b) * p.H + h) * p.Nq;
+    // kH16: the K U columns (0-5, threads tq < 3) carry s_ku; the ones column (kStatS, tq = 3) does not.
+    if constexpr (kH16) {
+      if (2 * tq < kTailRank) {
+        const float s_ku = fp16_ku_scale<D>(p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)]);
+        la *= s_ku;
+        lb *= s_ku;
+      }
+    }
     if (row_a < p.Nq) {
       const bool empty = m_a == neg_inf();
       *reinterpret_cast<float2*>(p.fwd_stats + (rec + row_a) * kLowRank + 2 * tq) =
@@ -328,7 +443,12 @@ __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
   }
 
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] (n8 tile 8 nb + j, element e).
-  store_o_lse<D>(p, b, h, row_a, tq, m_a, m_b, l_a, l_b, reinterpret_cast<const float(&)[D / 8][4]>(o));
+  if constexpr (kH16) {
+    store_o_lse<D, true>(p, b, h, row_a, tq, m_a, m_b, l_a, l_b, reinterpret_cast<const float(&)[D / 8][4]>(o),
+                         p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);
+  } else {
+    store_o_lse<D>(p, b, h, row_a, tq, m_a, m_b, l_a, l_b, reinterpret_cast<const float(&)[D / 8][4]>(o));
+  }
 #else
   __trap();  // built without sm_90a: the launch file never selects this kernel then
 #endif

@@ -63,7 +63,10 @@ struct KernelParams {
   float* fwd_stats;                  // forward: (B, H, Nq, 8) P (K U) (columns 0-5) and s_i (kStatS) of each row,
                                      // from the forward's own bf16(P); column kStatR zero
   __nv_bfloat16* ku_tiles;           // forward: (B, Hkv, Nk, 8) bf16(K U) with a one in column kStatS (v2.6),
-                                     // loaded 64 keys at a time through TmaMaps::ku
+                                     // loaded 64 keys at a time through TmaMaps::ku (fp16-lowrank: FP16 bits,
+                                     // fp16(K U s_ku), s_ku = fp16_ku_scale(s_k))
+  const float* fp16_scales;          // fp16-lowrank: each head's power of two of its FP16 copies (q's B H, k's and
+                                     // v's B Hkv: cuda::fp16_scale_count's layout), from the conversion pass
   float* rest;                       // (B, H, Nq) c_i (s_i - mass of the list) / (n_i - entries): the uniform part
   float* suffix;                     // (B, H, D): the total sum_i rest_i Q_i per head (thresh, not causal)
   float* part;                       // (B, H, ceil(Nq / 64), D) block sums of rest_i Q_i
@@ -189,6 +192,24 @@ __device__ __forceinline__ void wait_main_kernel_head(const KernelParams& p, int
 }
 // The main kernel lets its programmatic dependents (thresh_dq) be scheduled once every CTA has started.
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// fp16-lowrank's power of two of the FP16 copy of K U: K's head scale s_k over 2^c, 4^c >= D (1 + 2^-8)^2, so that
+// |K U| <= max |K| sqrt(D) (1 + 2^-8) stays below 2^15 (the CPU emulator's cpu::fp16_ku_scale, the same formula).
+__host__ __device__ constexpr int fp16_ku_shift(int D) {
+  int c = 0;
+  while (static_cast<double>(1ull << (2 * c)) < D * (257.0 / 256) * (257.0 / 256)) ++c;
+  return c;
+}
+template <int D>
+__device__ __forceinline__ float fp16_ku_scale(float k_scale) {
+  constexpr float kInv = 1.0f / static_cast<float>(1 << fp16_ku_shift(D));
+  return fmaxf(k_scale * kInv, 1.17549435e-38f);  // >= 2^-126
+}
+// Slots of cuda::fp16_scale_count's layout: q's head (b, h), k's and v's kv head (b, hk).
+__device__ __forceinline__ int fp16_k_slot(int B, int H, int Hkv, int b, int hk) { return B * H + b * Hkv + hk; }
+__device__ __forceinline__ int fp16_v_slot(int B, int H, int Hkv, int b, int hk) {
+  return B * H + B * Hkv + b * Hkv + hk;
+}
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 

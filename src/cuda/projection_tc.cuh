@@ -300,9 +300,13 @@ __global__ void __launch_bounds__(kPostThreads) eig_kernel(const KernelParams p)
 // (ceil(Nq / 64), H, B)). kTiles (the forward's statistics): also bf16(K U) into p.ku_tiles, (B, Hkv, Nk, 8), with
 // a one in column kStatS and a zero in kStatR; v2.6's forward loads 64 keys of it at a time through a tensor map
 // as the third column block of a V stage (columns 8-63 and keys past Nk read as zeros).
-template <int D, bool kQ = false, bool kTiles = false>
+// kH16 (fp16-lowrank, with kTiles): the tiles hold FP16 bits, fp16(K U s_ku) with s_ku = fp16_ku_scale(s_k) from the
+// conversion pass's scales (p.fp16_scales) and an unscaled one in kStatS; xu (the backward's bf16(K U)) is not
+// written: fp16-lowrank's backward has no K U.
+template <int D, bool kQ = false, bool kTiles = false, bool kH16 = false>
 __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   static_assert(!kTiles || !kQ, "tiles of K U only");
+  static_assert(!kH16 || kTiles, "fp16-lowrank's K U is its forward's tiles");
   __shared__ __align__(128) bf16_t sK[kBwdBlock * D];
   __shared__ __align__(16) float su[D * kLowRank];
   const LowRankRows<kQ> rows(p);
@@ -338,6 +342,15 @@ __global__ void __launch_bounds__(kBwdThreads) ku_kernel(const KernelParams p) {
   if (!kQ && c0 + 4 > kTailRank) {  // K U's columns past the tail's rank are zero: the record's s_i, r_i go there
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[c] = c0 + c < kTailRank ? acc[c] : 0.0f;
+  }
+  if constexpr (kH16) {
+    const float s_ku = fp16_ku_scale<D>(p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)]);
+    float w[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) w[c] = c0 + c == kStatS ? 1.0f : acc[c] * s_ku;
+    *reinterpret_cast<uint2*>(p.ku_tiles + ((static_cast<int64_t>(b) * p.Hkv + hk) * p.Nk + j0 + r) * kLowRank + c0) =
+        make_uint2(pack_f16(w[0], w[1]), pack_f16(w[2], w[3]));
+    return;
   }
   store_bf16_vec<4>(rows.xu + ((static_cast<int64_t>(b) * rows.heads + hk) * rows.n + j0 + r) * kLowRank + c0, acc);
   if constexpr (kTiles) {  // v2.6: the key's row of 8 as in xu, with a one in column kStatS (s_i's)

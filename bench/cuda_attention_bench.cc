@@ -256,13 +256,16 @@ int main(int argc, char** argv) {
         // wide backward with the v2.1 forward; base-wgbwd, v3.0; base-stats, the audit's statistics. gproj-dkc:
         // gproj with the dK compensation (experimental; D = 64 rows only). gproj-fs: gproj with the statistics from
         // the forward (docs/gproj-forward-stats.md). gproj-fb: gproj with K's basis from the forward
-        // (docs/gproj-forward-basis.md).
+        // (docs/gproj-forward-basis.md). gproj-h16: gproj with projection fp16-lowrank
+        // (docs/design-fp16-projection.md; D = 128), its forward only so far (the backward column reads nan).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
                                   Config{"base-v1", Variant::kBaseline, kNone, 0, 0},
                                   Config{"gproj", Variant::kGproj, kThresh},
                                   Config{"gproj-fs", Variant::kGproj, kThresh, -1, -1, 4, false, 0, true},
                                   Config{"gproj-fb", Variant::kGproj, kThresh, -1, -1, 4, false, 0, false, true},
+                                  Config{"gproj-h16", Variant::kGproj, Projection::kFp16LowRank, -1, -1, 4, false, 0,
+                                         true},
                                   Config{"gproj-v1", Variant::kGproj, kThresh, 0, 0},
                                   Config{"gproj-pw", Variant::kGproj, Projection::kPWeighted},
                                   Config{"base-fwd1", Variant::kBaseline, kNone, 0},
@@ -280,6 +283,8 @@ int main(int argc, char** argv) {
           if (only.empty() ? on_demand : only != cfg.label) continue;
           if (cfg.dk_rank != 0 && D != 64) continue;
           if (cfg.wgmma_backward == 4 && D != 128) continue;  // v3.3: D = 128 only
+          const bool h16 = cfg.projection == Projection::kFp16LowRank;
+          if (h16 && D != 128) continue;  // its kernels take D = 128 so far
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;
@@ -333,7 +338,7 @@ int main(int argc, char** argv) {
                                                   nullptr);
             if (!s.ok) std::fprintf(stderr, "backward: %s\n", s.message.c_str()), std::exit(2);
           };
-          const float f = median_ms(fwd, reps, chain), b = median_ms(bwd, reps, chain);
+          const float f = median_ms(fwd, reps, chain), b = h16 ? NAN : median_ms(bwd, reps, chain);
           const double flops = 4.0 * B * H * N * N * D / (causal ? 2 : 1);
           std::printf("%-10s %5lld %4lld %6s %9.3f %9.3f %9.1f %9.1f\n", cfg.label, static_cast<long long>(N),
                       static_cast<long long>(D), causal ? "yes" : "no", f, b, flops / f / 1e9, 2.5 * flops / b / 1e9);

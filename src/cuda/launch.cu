@@ -49,9 +49,27 @@ Status check_problem(const Problem& p) {
     return fail(ErrorCode::kInvalidArgument, "fwdfix_max_shift must be > 0 (inf: the published, uncapped rule)");
   }
   const Projection proj = effective_projection(p.params);
-  if (proj != Projection::kNone && proj != Projection::kPWeighted && proj != Projection::kThreshLowRank) {
+  if (proj != Projection::kNone && proj != Projection::kPWeighted && proj != Projection::kThreshLowRank &&
+      proj != Projection::kFp16LowRank) {
     return fail(ErrorCode::kUnsupported, std::string("projection '") + projection_name(proj) +
-                                             "' is not implemented on CUDA (pweighted and thresh-lowrank are)");
+                                             "' is not implemented on CUDA (pweighted, thresh-lowrank and, forward "
+                                             "only, fp16-lowrank are)");
+  }
+  if (proj == Projection::kFp16LowRank) {  // docs/design-fp16-projection.md: build step 3 of 6
+    if (p.D != 128) {
+      return fail(ErrorCode::kUnsupported,
+                  "fp16-lowrank on CUDA takes D = 128 so far (its D = 64 forward is not written), got D = " +
+                      std::to_string(p.D));
+    }
+    if (p.params.lowrank_rank != detail::kTailRank) {
+      return fail(ErrorCode::kUnsupported, "fp16-lowrank on CUDA takes rank " + std::to_string(detail::kTailRank) +
+                                               " (lowrank_rank, the default), got " +
+                                               std::to_string(p.params.lowrank_rank));
+    }
+    if (p.params.deterministic || p.params.dk_compensation_rank != 0) {
+      return fail(ErrorCode::kUnsupported,
+                  "fp16-lowrank on CUDA takes neither deterministic mode nor a dK compensation");
+    }
   }
   if (proj == Projection::kThreshLowRank) {
     if (p.params.lowrank_rank != detail::kTailRank) {
@@ -233,6 +251,16 @@ Status forward_variant(const KernelParams& k, Variant v, bool tc, int wgmma, con
     if (s.ok) s.kernels = kernels;
     return s;
   };
+  if (k.fp16_scales != nullptr) {  // fp16-lowrank (forward() checked D = 128, the v2.2 ring and aligned rows)
+    if constexpr (D == 128) {
+      return named(launch_args(detail::flash_fwd_wg_kernel<D, false, true, true, true>,
+                               dim3((k.Nq + detail::kFwdWgRows<D> - 1) / detail::kFwdWgRows<D>, k.H, k.B),
+                               detail::kFwdWgThreads<D>, detail::fwd_wg_smem_bytes<D, true>(), stream,
+                               "forward (wgmma, fp16-lowrank)", k, maps),
+                   "forward v2.3-h16 (wgmma, TMA, fp16-lowrank: the consistent FP16 P and its statistics)");
+    }
+    return fail(ErrorCode::kUnsupported, "fp16-lowrank's forward takes D = 128");
+  }
   if (tc && wgmma != 0 && v != Variant::kFp32) {
     return named(v == Variant::kBaseline ? forward_wg<D, false>(k, wgmma, maps, stream)
                                          : forward_wg<D, true>(k, wgmma, maps, stream),
@@ -469,18 +497,31 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
 // Problem::forward_stats, 4-byte words: rows (B H Nq padded as Workspace::row, x 8: the records, column kStatR
 // zero) | u (B Hkv D 8) | ku (B Hkv Nk 8 BF16) | ku_tiles (B Hkv Nk 8 BF16, v2.6; a key's row is TMA's 16-byte
 // stride). Every region starts on a 16-byte boundary. Problem::forward_workspace: the Gram partials.
+// fp16-lowrank (docs/design-fp16-projection.md): no ku (its backward has no K U; tiles hold FP16 bits), then the
+// conversion pass's outputs that its backward reads: scales (fp16_scale_count words) | qh (B Nq H D FP16) | kht
+// (B Hkv D Nk FP16); the forward workspace adds vh (B Nk Hkv D FP16, read by the forward only) and the absmax words.
 struct StatsLayout {
-  size_t rows = 0, u = 0, ku = 0, tiles = 0, gram = 0;
-  size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles); }
+  size_t rows = 0, u = 0, ku = 0, tiles = 0, scales = 0, qh = 0, kht = 0;  // forward_stats
+  size_t gram = 0, vh = 0, maxbits = 0;                                    // forward_workspace
+  size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles + scales + qh + kht); }
+  size_t workspace_bytes() const { return sizeof(float) * (gram + vh + maxbits); }
 };
 StatsLayout stats_layout(const Problem& p) {
   const Workspace w = layout(p);
+  const bool h16 = effective_projection(p.params) == Projection::kFp16LowRank;
   StatsLayout s;
   s.rows = w.row * detail::kLowRank;
   s.u = static_cast<size_t>(p.B * p.Hkv * p.D * detail::kLowRank);
-  s.ku = static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
+  s.ku = h16 ? 0 : static_cast<size_t>(p.B * p.Hkv * p.Nk * detail::kLowRank / 2);
   s.tiles = static_cast<size_t>(p.B * p.Hkv * p.Nk * 8) / 2;
   s.gram = static_cast<size_t>(p.B * p.Hkv * k_gram_chunks(p) * p.D * p.D);
+  if (h16) {  // whole 128-byte lines each (TMA wants 16-byte aligned bases)
+    s.scales = line_words(fp16_scale_count(p));
+    s.qh = line_words(static_cast<size_t>(p.B * p.Nq * p.H * p.D) / 2);
+    s.kht = line_words(static_cast<size_t>(p.B * p.Hkv * p.D * p.Nk) / 2);
+    s.vh = line_words(static_cast<size_t>(p.B * p.Nk * p.Hkv * p.D) / 2);
+    s.maxbits = line_words(fp16_scale_count(p));
+  }
   return s;
 }
 // The forward-statistics regions of `stats` in the kernels' parameters (u, ku shared with the backward).
@@ -491,6 +532,54 @@ void set_stats_params(KernelParams* kp, const Problem& p, void* stats) {
   kp->u = base + l.rows;
   kp->ku = reinterpret_cast<__nv_bfloat16*>(kp->u + l.u);
   kp->ku_tiles = reinterpret_cast<__nv_bfloat16*>(base + l.rows + l.u + l.ku);
+  kp->fp16_scales = l.scales ? base + l.rows + l.u + l.ku + l.tiles : nullptr;
+}
+// fp16-lowrank's FP16 copies in `stats` and `workspace` (StatsLayout): qh and kht (the backward's), vh, the absmax
+// words.
+struct Fp16Copies {
+  float* scales;
+  void *qh, *kht, *vh;
+  unsigned int* maxbits;
+};
+Fp16Copies fp16_copies(const Problem& p, void* stats, void* workspace) {
+  const StatsLayout l = stats_layout(p);
+  float* base = static_cast<float*>(stats);
+  float* ws = static_cast<float*>(workspace);
+  float* scales = base + l.rows + l.u + l.ku + l.tiles;
+  return {scales, scales + l.scales, scales + l.scales + l.qh, ws + l.gram,
+          reinterpret_cast<unsigned int*>(ws + l.gram + l.vh)};
+}
+
+// The conversion pass's kernels on `st` (convert_fp16_copies checks the arguments; forward() checked its own).
+Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                      void* qh, void* kht, void* vh, float* scales, unsigned int* maxbits, cudaStream_t st) {
+  const int B = static_cast<int>(p.B), Nq = static_cast<int>(p.Nq), Nk = static_cast<int>(p.Nk),
+            H = static_cast<int>(p.H), Hkv = static_cast<int>(p.Hkv), D = static_cast<int>(p.D);
+  const int count = static_cast<int>(fp16_scale_count(p));
+  if (cudaMemsetAsync(maxbits, 0, sizeof(unsigned int) * count, st) != cudaSuccess) {
+    return last_error("FP16 conversion");
+  }
+  const auto blocks = [](int rows) {
+    return static_cast<unsigned>((rows + detail::kConvertRows - 1) / detail::kConvertRows);
+  };
+  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nq), H, B), detail::kConvertThreads, 0, st>>>(strided(q), Nq, H, D,
+                                                                                               maxbits);
+  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(strided(k), Nk, Hkv, D,
+                                                                                                 maxbits + B * H);
+  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(
+      strided(v), Nk, Hkv, D, maxbits + B * H + B * Hkv);
+  detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, count);
+  const auto elementwise_grid = [](int64_t total) {
+    const int64_t blocks_needed = (total + detail::kConvertThreads - 1) / detail::kConvertThreads;
+    return static_cast<unsigned>(std::min<int64_t>(blocks_needed, 1 << 20));  // grid-stride beyond
+  };
+  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nq * p.H * p.D), detail::kConvertThreads, 0, st>>>(
+      strided(q), B, Nq, H, D, scales, static_cast<__half*>(qh));
+  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nk * p.Hkv * p.D), detail::kConvertThreads, 0, st>>>(
+      strided(v), B, Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
+  detail::fp16_convert_transpose_kernel<<<dim3((Nk + 31) / 32, D / 32, B * Hkv), dim3(32, 8), 0, st>>>(
+      strided(k), Nk, Hkv, D, scales + B * H, static_cast<__half*>(kht));
+  return last_error("FP16 conversion");
 }
 
 // The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
@@ -685,12 +774,20 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   const bool auto_forward = wgmma == -1;
   if (auto_forward) wgmma = 2;  // v2.2 where it applies (forward_variant takes v1 for fp32 and unaligned rows)
   const bool stats = p.forward_stats != nullptr;
+  const bool h16 = effective_projection(p.params) == Projection::kFp16LowRank;
+  if (h16 && !stats) {
+    return fail(ErrorCode::kInvalidArgument,
+                "projection fp16-lowrank's forward needs forward_stats and forward_workspace (forward_stats_bytes, "
+                "forward_workspace_bytes): they receive its statistics and the FP16 copies of q and k its backward "
+                "reads");
+  }
   if (stats) {
     if (!forward_stats_apply(p)) {
       return fail(ErrorCode::kUnsupported,
-                  "forward_stats (thresh-lowrank's statistics from the forward) need variant gproj with projection "
-                  "thresh-lowrank, the v2.2 forward and the v3.1 / v3.2 backward (auto or chosen), not deterministic, "
-                  "no dK compensation");
+                  h16 ? "projection fp16-lowrank's forward takes the v2.2 forward (cuda_wgmma_forward auto or 2)"
+                      : "forward_stats (thresh-lowrank's statistics from the forward) need variant gproj with "
+                        "projection thresh-lowrank, the v2.2 forward and the v3.1 / v3.2 backward (auto or chosen), "
+                        "not deterministic, no dK compensation");
     }
     if (!tc) return fail(ErrorCode::kUnsupported, "forward_stats need 16-byte aligned rows of q, k, v");
     if (p.forward_workspace == nullptr) {
@@ -727,8 +824,24 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     if (Status s = ku_tiles_map(&maps.ku, kp.ku_tiles, p); !s.ok) return s;
     kp.gram = static_cast<float*>(p.forward_workspace);
     const dim3 tgrid((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock, p.Hkv, p.B);
-    Status s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, false) : lowrank_prepass<128, false>(kp, st, false);
-    if (s.ok) {
+    if (h16) {  // the FP16 copies (the forward reads vh through maps.v), K's basis, the FP16 K U tiles
+      const Fp16Copies c = fp16_copies(p, p.forward_stats, p.forward_workspace);
+      Status s = convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st);
+      DeviceTensor vh;
+      vh.data = c.vh;
+      vh.stride[0] = p.Nk * p.Hkv * p.D, vh.stride[1] = p.Hkv * p.D, vh.stride[2] = p.D, vh.stride[3] = 1;
+      if (s.ok) s = tensor_map(&maps.v, vh, p.B, p.Nk, p.Hkv, p.D, "vh (the FP16 copy of v)");
+      if (s.ok) s = lowrank_prepass<128, false>(kp, st, false);
+      if (s.ok) {
+        s = launch(detail::ku_kernel<128, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
+                   detail::kBwdThreads);
+      }
+      if (!s.ok) return s;
+    }
+    Status s = h16 ? Status{}
+               : p.D == 64 ? lowrank_prepass<64, false>(kp, st, false)
+                           : lowrank_prepass<128, false>(kp, st, false);
+    if (s.ok && !h16) {
       s = p.D == 64 ? launch(detail::ku_kernel<64, false, true>, tgrid, 0, st, kp, "thresh-lowrank K U tiles",
                              detail::kBwdThreads)
                     : launch(detail::ku_kernel<128, false, true>, tgrid, 0, st, kp, "thresh-lowrank K U tiles",
@@ -740,7 +853,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   const CallEvent fork(basis, st);
   Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
                        : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
-  if (s.ok && stats) s.kernels += " (+ thresh-lowrank basis and K U tiles)";
+  if (s.ok && stats) s.kernels += h16 ? " (+ FP16 conversion, basis and K U tiles)" : " (+ thresh-lowrank basis and K U tiles)";
   if (s.ok && basis) {
     const std::string kernels = s.kernels;
     s = p.D == 64 ? forward_basis_prepass<64>(kp, st, fork) : forward_basis_prepass<128>(kp, st, fork);
@@ -753,6 +866,9 @@ size_t backward_workspace_bytes(const Problem& p) { return layout(p).bytes(); }
 
 bool forward_stats_apply(const Problem& p) {
   const FlashParams& f = p.params;
+  if (effective_projection(f) == Projection::kFp16LowRank) {  // always: its backward reads what the forward makes
+    return check_problem(p).ok && (f.cuda_wgmma_forward == -1 || f.cuda_wgmma_forward == 2);
+  }
   return f.variant == Variant::kGproj && f.forward_stats && effective_projection(f) == Projection::kThreshLowRank &&
          (f.cuda_wgmma_forward == -1 || f.cuda_wgmma_forward == 2) &&
          (f.cuda_backward_wgmma == -1 || f.cuda_backward_wgmma == 2 || f.cuda_backward_wgmma == 3) &&
@@ -760,6 +876,21 @@ bool forward_stats_apply(const Problem& p) {
 }
 
 size_t forward_stats_bytes(const Problem& p) { return forward_stats_apply(p) ? stats_layout(p).bytes() : 0; }
+
+ForwardStatsParts forward_stats_parts(const Problem& p, void* stats) {
+  ForwardStatsParts parts;
+  if (!forward_stats_apply(p) || stats == nullptr) return parts;
+  const StatsLayout l = stats_layout(p);
+  float* base = static_cast<float*>(stats);
+  parts.records = base;
+  parts.u = base + l.rows;
+  if (l.scales != 0) {
+    parts.scales = base + l.rows + l.u + l.ku + l.tiles;
+    parts.qh = parts.scales + l.scales;
+    parts.kht = parts.scales + l.scales + l.qh;
+  }
+  return parts;
+}
 
 bool forward_basis_apply(const Problem& p) {
   const FlashParams& f = p.params;
@@ -771,8 +902,8 @@ size_t forward_basis_bytes(const Problem& p) {
   return forward_basis_apply(p) ? sizeof(float) * stats_layout(p).u : 0;
 }
 
-size_t forward_workspace_bytes(const Problem& p) {  // the Gram partials of either form
-  return forward_stats_apply(p) || forward_basis_apply(p) ? sizeof(float) * stats_layout(p).gram : 0;
+size_t forward_workspace_bytes(const Problem& p) {  // the Gram partials of either form (fp16-lowrank: and vh)
+  return forward_stats_apply(p) || forward_basis_apply(p) ? stats_layout(p).workspace_bytes() : 0;
 }
 
 size_t backward_workspace_row_stride(const Problem& p) { return layout(p).row; }
@@ -904,6 +1035,11 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
                                              "allocations are); got an address " +
                                                  std::to_string(reinterpret_cast<uintptr_t>(workspace) % 16) +
                                                  " bytes past a 16-byte boundary");
+  }
+  if (effective_projection(p.params) == Projection::kFp16LowRank) {
+    return fail(ErrorCode::kUnsupported,
+                "projection fp16-lowrank's CUDA backward is not written yet (its forward is; "
+                "docs/design-fp16-projection.md, build steps 4-5): take thresh-lowrank, the default, on CUDA");
   }
   const bool fp32 = p.params.variant == Variant::kFp32;
   if (fp32 && o_fp32.data == nullptr) {
@@ -1108,38 +1244,10 @@ Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const Device
   if (qh == nullptr || kht == nullptr || vh == nullptr || scales == nullptr || workspace == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "qh, kht, vh, scales and workspace are required");
   }
-  const auto st = static_cast<cudaStream_t>(stream);
-  const int B = static_cast<int>(p.B), Nq = static_cast<int>(p.Nq), Nk = static_cast<int>(p.Nk),
-            H = static_cast<int>(p.H), Hkv = static_cast<int>(p.Hkv), D = static_cast<int>(p.D);
-  const int count = static_cast<int>(fp16_scale_count(p));
-  auto* maxbits = static_cast<unsigned int*>(workspace);
-  if (cudaMemsetAsync(maxbits, 0, sizeof(unsigned int) * count, st) != cudaSuccess) {
-    return last_error("FP16 conversion");
-  }
-  const auto blocks = [](int rows) {
-    return static_cast<unsigned>((rows + detail::kConvertRows - 1) / detail::kConvertRows);
-  };
-  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nq), H, B), detail::kConvertThreads, 0, st>>>(strided(q), Nq, H, D,
-                                                                                               maxbits);
-  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(strided(k), Nk, Hkv, D,
-                                                                                                 maxbits + B * H);
-  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(
-      strided(v), Nk, Hkv, D, maxbits + B * H + B * Hkv);
-  detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, count);
-  const auto elementwise_grid = [](int64_t total) {
-    const int64_t blocks_needed = (total + detail::kConvertThreads - 1) / detail::kConvertThreads;
-    return static_cast<unsigned>(std::min<int64_t>(blocks_needed, 1 << 20));  // grid-stride beyond
-  };
-  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nq * p.H * p.D), detail::kConvertThreads, 0, st>>>(
-      strided(q), B, Nq, H, D, scales, static_cast<__half*>(qh));
-  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nk * p.Hkv * p.D), detail::kConvertThreads, 0, st>>>(
-      strided(v), B, Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
-  detail::fp16_convert_transpose_kernel<<<dim3((Nk + 31) / 32, D / 32, B * Hkv), dim3(32, 8), 0, st>>>(
-      strided(k), Nk, Hkv, D, scales + B * H, static_cast<__half*>(kht));
-  if (Status e = last_error("FP16 conversion"); !e.ok) return e;
-  Status ok;
-  ok.kernels = "FP16 conversion (per-head absmax, scale, convert, transpose)";
-  return ok;
+  Status s = convert_launch(p, q, k, v, qh, kht, vh, scales, static_cast<unsigned int*>(workspace),
+                            static_cast<cudaStream_t>(stream));
+  if (s.ok) s.kernels = "FP16 conversion (per-head absmax, scale, convert, transpose)";
+  return s;
 }
 
 }  // namespace gproj::cuda

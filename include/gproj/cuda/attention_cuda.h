@@ -65,11 +65,27 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
 // Whether this problem's forward and backward can carry thresh-lowrank's statistics (Problem::forward_stats):
 // variant gproj, projection thresh-lowrank, the v2.2 forward and the v3.1 / v3.2 backward by choice or auto
 // (not deterministic, no dK compensation), D 64 or 128. The tensors' rows must also be 16-byte aligned.
+// Projection fp16-lowrank (docs/design-fp16-projection.md) always carries them: its forward() refuses to run
+// without forward_stats and forward_workspace, which also receive its FP16 copies of q, k and v (D = 128, the v2.2
+// forward; its CUDA backward is not written yet and refuses).
 bool forward_stats_apply(const Problem& p);
-// Bytes of Problem::forward_stats (the rows' records, U, bf16(K U) and its tiles; kept from forward to backward)
-// and of Problem::forward_workspace (the Gram matrices, needed during forward() only).
+// Bytes of Problem::forward_stats (the rows' records, U, bf16(K U) and its tiles; fp16-lowrank: also the FP16
+// copies of q and k and their scales; kept from forward to backward) and of Problem::forward_workspace (the Gram
+// matrices; fp16-lowrank: also the FP16 copy of v; needed during forward() only).
 size_t forward_stats_bytes(const Problem& p);
 size_t forward_workspace_bytes(const Problem& p);
+// Where forward() put the parts of Problem::forward_stats `stats` (a problem where forward_stats_apply holds):
+// records, (B, H, Nq, 8) FP32, row (b H + h) Nq + i: P (K U) / l in columns 0-5 and s_i (P 1 / l) in column 6 (fp16-lowrank:
+// from its FP16 P^), column 7 zero; u, (B, Hkv, D, 8) FP32, K's basis (columns 0-5 used). fp16-lowrank only,
+// else null: scales, qh, kht as convert_fp16_copies writes them.
+struct ForwardStatsParts {
+  float* records = nullptr;
+  float* u = nullptr;
+  float* scales = nullptr;
+  void* qh = nullptr;
+  void* kht = nullptr;
+};
+ForwardStatsParts forward_stats_parts(const Problem& p, void* stats);
 // Whether this problem can take K's basis from the forward (Problem::forward_basis): variant gproj whose projection
 // is thresh-lowrank (not deterministic), without forward_stats (which carry the basis themselves), D 64 or 128.
 // k's rows must also be 16-byte aligned. forward_basis_bytes(p): B Hkv D 8 floats where it applies, else 0.
@@ -103,8 +119,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
                 const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv,
                 void* workspace, void* stream);
 
-// fp16-lowrank's conversion pass (docs/design-fp16-projection.md, build step 2; forward() and backward() do not
-// use it yet): FP16 copies of q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16, each head's scaled by the power of two s
+// fp16-lowrank's conversion pass (docs/design-fp16-projection.md, build step 2; forward() runs it for that
+// projection): FP16 copies of q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16, each head's scaled by the power of two s
 // that puts its largest |x| in [2^14, 2^15) (the CPU emulator's cpu::fp16_head_scale), rounded to nearest even.
 // Outputs, dense: qh (B, Nq, H, D), kht (B, Hkv, D, Nk) (K transposed per kv head), vh (B, Nk, Hkv, D), and scales,
 // fp16_scale_count(p) floats: q's heads (b H + h), then k's (B H + b Hkv + hk), then v's (B H + B Hkv + b Hkv + hk).

@@ -102,7 +102,12 @@ ForwardResult forward_from_host(const TensorView<const bf16>& q, const TensorVie
   dv.upload(contiguous(v));
   DeviceTensor lse;
   lse.data = dlse.get();
-  r.kernels = check_status(forward(p, dense4(dq.get(), q.shape), dense4(dk.get(), k.shape), dense4(dv.get(), v.shape),
+  // fp16-lowrank's forward always writes its statistics and FP16 copies (for its backward; discarded here).
+  Problem fp = p;
+  const bool h16 = effective_projection(params) == Projection::kFp16LowRank;
+  DeviceBuffer stats(h16 ? forward_stats_bytes(p) : 1), fws(h16 ? forward_workspace_bytes(p) : 1);
+  if (h16) fp.forward_stats = stats.get(), fp.forward_workspace = fws.get();
+  r.kernels = check_status(forward(fp, dense4(dq.get(), q.shape), dense4(dk.get(), k.shape), dense4(dv.get(), v.shape),
                        dense4(dout.get(), q.shape), lse, dense4(dof.get(), q.shape), nullptr));
   check_cuda(cudaDeviceSynchronize(), "forward");
   dout.download(r.o.values);

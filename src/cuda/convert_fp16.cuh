@@ -1,5 +1,4 @@
-// fp16-lowrank's conversion pass (docs/design-fp16-projection.md, build step 2; no forward or backward uses it
-// yet): each head's max |x| of q, k and v, its power of two s (max |x| s in [2^14, 2^15), as the CPU emulator's
+// fp16-lowrank's conversion pass (docs/design-fp16-projection.md, build step 2; its forward runs it): each head's max |x| of q, k and v, its power of two s (max |x| s in [2^14, 2^15), as the CPU emulator's
 // cpu::fp16_head_scale), then FP16 copies x s rounded to nearest even: qh as q, kht = K^T per (b, kv head) (keys
 // contiguous: the backward's K-major B for dQ and MN-major A for S^T), vh as v. Launched by launch.cu
 // (convert_fp16_copies); exercised by tests/cuda/convert_fp16_test.cc against the CPU's round_fp16.
@@ -14,7 +13,7 @@ namespace gproj::cuda::detail {
 struct ConvertParams {
   Strided q, k, v;        // BF16 (B, N, H, D), D contiguous
   __half* qh;             // (B, Nq, H, D) dense
-  __half* kht;            // (B, Hkv, D, Nk) dense
+  __half* kht;            // (B, Hkv, D, ld), ld = Nk rounded up to a multiple of 8 (fp16_kht_ld), keys Nk.. zero
   __half* vh;             // (B, Nk, Hkv, D) dense
   unsigned int* maxbits;  // per head, max |x| as float bits (non-negative floats order as their bits): q's B H
                           // heads (b H + h), then k's B Hkv, then v's B Hkv (b Hkv + hk); zeroed before
@@ -22,23 +21,46 @@ struct ConvertParams {
   int B, Nq, Nk, H, Hkv, D;
 };
 
-constexpr int kConvertRows = 32, kConvertThreads = 256;
+constexpr int kConvertRows = 64, kConvertThreads = 256;
 
-// max |x| over rows [blockIdx.x 32, +32) of head blockIdx.y of batch blockIdx.z of one tensor (N rows, `heads`
-// heads), into maxbits[slot0 + b heads + h] by an atomic max of the bits.
-__global__ void __launch_bounds__(kConvertThreads)
-    fp16_head_absmax_kernel(Strided x, int N, int heads, int D, unsigned int* maxbits) {
-  const int h = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * kConvertRows;
-  const auto* base = static_cast<const __nv_bfloat16*>(x.data) + b * x.s0 + h * x.s2;
-  float m = 0.0f;
-  const int rows = min(kConvertRows, N - n0);
-  for (int e = threadIdx.x; e < rows * D; e += kConvertThreads) {
-    const int r = e / D, d = e % D;
-    m = fmaxf(m, fabsf(__bfloat162float(base[(n0 + r) * x.s1 + d])));
+// v2 (session 43; with v1, one element per thread and a launch per tensor, the whole forward of fp16-lowrank took
+// 1.79 ms against gproj-fs's 1.28 at D = 128, N = 4k, H200): 16-byte loads and stores (the rows are 16-byte aligned: launch.cu checks), every
+// head's max of q, k and v in one launch, and max |x| on the BF16 bits as 16-bit unsigned integers (non-negative
+// floats order as their bits), NaN ignored as the CPU's fmax does.
+
+// The slot (b heads + h of tensor t: q, then k, then v) of blockIdx.y, and that tensor's view.
+struct ConvertHead {
+  Strided x;
+  int n, slot, b, h;
+};
+__device__ __forceinline__ ConvertHead convert_head(const ConvertParams& p, int y) {
+  const int nq = p.B * p.H, nk = p.B * p.Hkv;
+  if (y < nq) return {p.q, p.Nq, y, y / p.H, y % p.H};
+  const int z = y < nq + nk ? y - nq : y - nq - nk;
+  return {y < nq + nk ? p.k : p.v, p.Nk, y, z / p.Hkv, z % p.Hkv};
+}
+
+// maxbits[slot] = max |x| over the head's rows [64 blockIdx.x, +64) as float bits (an atomic max), for every slot
+// blockIdx.y of q, k and v; grid (ceil(max(Nq, Nk) / 64), B H + 2 B Hkv).
+__global__ void __launch_bounds__(kConvertThreads) fp16_absmax_kernel(const ConvertParams p) {
+  const ConvertHead t = convert_head(p, blockIdx.y);
+  const int n0 = blockIdx.x * kConvertRows;
+  if (n0 >= t.n) return;
+  const int rows = min(kConvertRows, t.n - n0), chunks = p.D / 8;
+  const auto* base = static_cast<const __nv_bfloat16*>(t.x.data) + t.b * t.x.s0 + t.h * t.x.s2;
+  uint32_t m = 0;  // two BF16 magnitudes
+  for (int e = threadIdx.x; e < rows * chunks; e += kConvertThreads) {
+    const int r = e / chunks, c = e % chunks;
+    const uint4 w = *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(n0 + r) * t.x.s1 + c * 8);
+    for (uint32_t x : {w.x, w.y, w.z, w.w}) {
+      x &= 0x7FFF7FFFu;
+      x &= ~__vcmpgtu2(x, 0x7F807F80u);  // NaN halves -> 0
+      m = __vmaxu2(m, x);
+    }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) atomicMax(maxbits + b * heads + h, __float_as_uint(m));
+  uint32_t bits = max(m & 0xFFFFu, m >> 16) << 16;  // the largest as float bits
+  bits = __reduce_max_sync(0xffffffffu, bits);
+  if ((threadIdx.x & 31) == 0) atomicMax(p.maxbits + t.slot, bits);
 }
 
 // scales[i] from maxbits[i], i < count: 2^(15 - e) with max in [2^(e-1), 2^e), the exponent within +-126; 1 for a
@@ -52,37 +74,62 @@ __global__ void fp16_head_scale_kernel(const unsigned int* maxbits, float* scale
   scales[i] = s;
 }
 
-// out (B, N, heads, D) dense = fp16(x s_head), one thread per element in the output's order.
+// Eight BF16 (one 16-byte chunk) times s, rounded to FP16 (RNE): one 16-byte chunk of the copy.
+__device__ __forceinline__ uint4 fp16_chunk(uint4 w, float s) {
+  uint4 o;
+  uint32_t* out = reinterpret_cast<uint32_t*>(&o);
+  const uint32_t in[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 h = __floats2half2_rn(__uint_as_float(in[i] << 16) * s, __uint_as_float(in[i] & 0xFFFF0000u) * s);
+    out[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return o;
+}
+
+// out (B, N, heads, D) dense = fp16(x s_head), one 16-byte chunk per thread and step, in the output's order.
 __global__ void __launch_bounds__(kConvertThreads)
     fp16_convert_kernel(Strided x, int B, int N, int heads, int D, const float* scales, __half* out) {
-  const int64_t total = static_cast<int64_t>(B) * N * heads * D;
+  const int chunks = D / 8;
+  const int64_t total = static_cast<int64_t>(B) * N * heads * chunks;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(kConvertThreads) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * kConvertThreads) {
-    const int d = static_cast<int>(e % D);
-    const int64_t rest = e / D;
+    const int c = static_cast<int>(e % chunks);
+    const int64_t rest = e / chunks;
     const int h = static_cast<int>(rest % heads);
     const int64_t bn = rest / heads;
     const int n = static_cast<int>(bn % N), b = static_cast<int>(bn / N);
-    const float v = __bfloat162float(static_cast<const __nv_bfloat16*>(x.data)[b * x.s0 + n * x.s1 + h * x.s2 + d]);
-    out[e] = __float2half_rn(v * scales[b * heads + h]);
+    const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(x.data) + b * x.s0 + n * x.s1 +
+                                                    h * x.s2 + c * 8);
+    reinterpret_cast<uint4*>(out)[e] = fp16_chunk(w, scales[b * heads + h]);
   }
 }
 
-// kht (B, Hkv, D, Nk) = fp16(K s_head)^T: a 32 x 32 tile of (keys, d) through shared memory, 32 x 8 threads;
-// grid (ceil(Nk / 32), D / 32, B Hkv).
-__global__ void fp16_convert_transpose_kernel(Strided k, int Nk, int Hkv, int D, const float* scales, __half* kht) {
-  __shared__ float tile[32][33];
-  const int bh = blockIdx.z, b = bh / Hkv, hk = bh % Hkv, j0 = blockIdx.x * 32, d0 = blockIdx.y * 32;
+// kht (B, Hkv, D, ld) = fp16(K s_head)^T, ld = Nk rounded up to a multiple of 8 (keys Nk.. zero): a tile of 64 keys x
+// 64 d through shared memory; grid (ceil(Nk / 64), D / 64, B Hkv), 256 threads. 16-byte loads; 16-byte stores of
+// eight keys (ld keeps every row 16-byte aligned).
+__global__ void __launch_bounds__(kConvertThreads)
+    fp16_convert_transpose_kernel(Strided k, int Nk, int ld, int Hkv, int D, const float* scales, __half* kht) {
+  __shared__ __align__(16) __half tile[64][72];  // [d][key], rows 144 bytes (16-byte aligned, banks spread)
+  const int bh = blockIdx.z, b = bh / Hkv, hk = bh % Hkv, j0 = blockIdx.x * 64, d0 = blockIdx.y * 64;
   const float s = scales[bh];
-  const auto* base = static_cast<const __nv_bfloat16*>(k.data) + b * k.s0 + hk * k.s2;
-  for (int r = threadIdx.y; r < 32; r += 8) {
-    const int j = j0 + r;
-    tile[r][threadIdx.x] = j < Nk ? __bfloat162float(base[j * k.s1 + d0 + threadIdx.x]) * s : 0.0f;
+  const auto* base = static_cast<const __nv_bfloat16*>(k.data) + b * k.s0 + hk * k.s2 + d0;
+  for (int e = threadIdx.x; e < 64 * 8; e += kConvertThreads) {  // key e / 8, d chunk e % 8
+    const int r = e >> 3, c = e & 7, j = j0 + r;
+    const uint4 w = j < Nk ? *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(j) * k.s1 + c * 8)
+                           : make_uint4(0, 0, 0, 0);
+    const uint4 h = fp16_chunk(w, s);
+    const __half* hv = reinterpret_cast<const __half*>(&h);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) tile[c * 8 + i][r] = hv[i];
   }
   __syncthreads();
-  for (int r = threadIdx.y; r < 32; r += 8) {  // row d0 + r of the head's D x Nk block, keys j0 + threadIdx.x
-    const int j = j0 + threadIdx.x;
-    if (j < Nk) kht[(static_cast<int64_t>(bh) * D + d0 + r) * Nk + j] = __float2half_rn(tile[threadIdx.x][r]);
+  for (int e = threadIdx.x; e < 64 * 8; e += kConvertThreads) {  // d row e / 8, keys 8 (e % 8) ..
+    const int r = e >> 3, c = e & 7, j = j0 + c * 8;
+    if (j < ld) {
+      *reinterpret_cast<uint4*>(kht + (static_cast<int64_t>(bh) * D + d0 + r) * ld + j) =
+          *reinterpret_cast<const uint4*>(&tile[r][c * 8]);
+    }
   }
 }
 

@@ -518,7 +518,7 @@ StatsLayout stats_layout(const Problem& p) {
   if (h16) {  // whole 128-byte lines each (TMA wants 16-byte aligned bases)
     s.scales = line_words(fp16_scale_count(p));
     s.qh = line_words(static_cast<size_t>(p.B * p.Nq * p.H * p.D) / 2);
-    s.kht = line_words(static_cast<size_t>(p.B * p.Hkv * p.D * p.Nk) / 2);
+    s.kht = line_words(static_cast<size_t>(p.B * p.Hkv * p.D) * fp16_kht_ld(p) / 2);
     s.vh = line_words(static_cast<size_t>(p.B * p.Nk * p.Hkv * p.D) / 2);
     s.maxbits = line_words(fp16_scale_count(p));
   }
@@ -559,26 +559,21 @@ Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTenso
   if (cudaMemsetAsync(maxbits, 0, sizeof(unsigned int) * count, st) != cudaSuccess) {
     return last_error("FP16 conversion");
   }
-  const auto blocks = [](int rows) {
-    return static_cast<unsigned>((rows + detail::kConvertRows - 1) / detail::kConvertRows);
-  };
-  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nq), H, B), detail::kConvertThreads, 0, st>>>(strided(q), Nq, H, D,
-                                                                                               maxbits);
-  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(strided(k), Nk, Hkv, D,
-                                                                                                 maxbits + B * H);
-  detail::fp16_head_absmax_kernel<<<dim3(blocks(Nk), Hkv, B), detail::kConvertThreads, 0, st>>>(
-      strided(v), Nk, Hkv, D, maxbits + B * H + B * Hkv);
+  detail::ConvertParams cp{strided(q), strided(k), strided(v), static_cast<__half*>(qh), static_cast<__half*>(kht),
+                           static_cast<__half*>(vh), maxbits, scales, B, Nq, Nk, H, Hkv, D};
+  const unsigned row_blocks = static_cast<unsigned>((std::max(Nq, Nk) + detail::kConvertRows - 1) / detail::kConvertRows);
+  detail::fp16_absmax_kernel<<<dim3(row_blocks, count), detail::kConvertThreads, 0, st>>>(cp);
   detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, count);
-  const auto elementwise_grid = [](int64_t total) {
-    const int64_t blocks_needed = (total + detail::kConvertThreads - 1) / detail::kConvertThreads;
-    return static_cast<unsigned>(std::min<int64_t>(blocks_needed, 1 << 20));  // grid-stride beyond
+  const auto chunk_grid = [](int64_t elements) {  // one 16-byte chunk per thread, grid-stride beyond 2^20 blocks
+    const int64_t blocks_needed = (elements / 8 + detail::kConvertThreads - 1) / detail::kConvertThreads;
+    return static_cast<unsigned>(std::min<int64_t>(blocks_needed, 1 << 20));
   };
-  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nq * p.H * p.D), detail::kConvertThreads, 0, st>>>(
+  detail::fp16_convert_kernel<<<chunk_grid(p.B * p.Nq * p.H * p.D), detail::kConvertThreads, 0, st>>>(
       strided(q), B, Nq, H, D, scales, static_cast<__half*>(qh));
-  detail::fp16_convert_kernel<<<elementwise_grid(p.B * p.Nk * p.Hkv * p.D), detail::kConvertThreads, 0, st>>>(
+  detail::fp16_convert_kernel<<<chunk_grid(p.B * p.Nk * p.Hkv * p.D), detail::kConvertThreads, 0, st>>>(
       strided(v), B, Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
-  detail::fp16_convert_transpose_kernel<<<dim3((Nk + 31) / 32, D / 32, B * Hkv), dim3(32, 8), 0, st>>>(
-      strided(k), Nk, Hkv, D, scales + B * H, static_cast<__half*>(kht));
+  detail::fp16_convert_transpose_kernel<<<dim3((Nk + 63) / 64, D / 64, B * Hkv), detail::kConvertThreads, 0, st>>>(
+      strided(k), Nk, static_cast<int>(fp16_kht_ld(p)), Hkv, D, scales + B * H, static_cast<__half*>(kht));
   return last_error("FP16 conversion");
 }
 
@@ -1232,15 +1227,22 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
 }
 
 size_t fp16_scale_count(const Problem& p) { return static_cast<size_t>(p.B * p.H + 2 * p.B * p.Hkv); }
+size_t fp16_kht_ld(const Problem& p) { return static_cast<size_t>((p.Nk + 7) / 8 * 8); }
 
 Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                            void* qh, void* kht, void* vh, float* scales, void* workspace, void* stream) {
   if (Status s = check_extents(p); !s.ok) return s;
-  if (p.D < 32 || p.D % 32 != 0) {
-    return fail(ErrorCode::kUnsupported, "the FP16 conversion takes D a multiple of 32, got " + std::to_string(p.D));
+  if (p.D < 64 || p.D % 64 != 0) {
+    return fail(ErrorCode::kUnsupported, "the FP16 conversion takes D a multiple of 64, got " + std::to_string(p.D));
   }
   for (Status s : {check_tensor("q", q), check_tensor("k", k), check_tensor("v", v)})
     if (!s.ok) return s;
+  for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) {
+    if (!rows_aligned(*t)) {
+      return fail(ErrorCode::kUnsupported, std::string("the FP16 conversion reads 16-byte aligned rows; ") + name +
+                                               "'s data or B, N, H strides are not multiples of 16 bytes");
+    }
+  }
   if (qh == nullptr || kht == nullptr || vh == nullptr || scales == nullptr || workspace == nullptr) {
     return fail(ErrorCode::kInvalidArgument, "qh, kht, vh, scales and workspace are required");
   }

@@ -1,6 +1,7 @@
 // fp16-lowrank's conversion pass (src/cuda/convert_fp16.cuh) against the CPU emulator's per-head scale and FP16
 // rounding (cpu::fp16_head_scale, cpu::round_fp16): every scale and every element bit for bit, heads from ~1e-6
-// to beyond FP16's largest value, Nk not a multiple of the transpose's 32. Skipped, with the reason, without a GPU.
+// to beyond FP16's largest value, a NaN (ignored by the max, as the CPU's fmax does), Nk not a multiple of the
+// transpose's 64 keys nor of kht's 8-key rows (whose padding must be zero). Skipped, with the reason, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -92,11 +93,15 @@ TEST(ConvertFp16, ScalesAndEveryElementMatchTheCpu) {
         s.k.at(b, n, 1, d) = bf16::from_float(s.k.at(b, n, 1, d).to_float() * 4e4f);
         s.v.at(b, n, 0, d) = bf16::from_float(s.v.at(b, n, 0, d).to_float() * 1e-6f);
       }
+  s.q.at(1, 5, 2, 7) = bf16::from_float(NAN);
   cuda::Problem p;
   p.B = 2, p.Nq = c.Nq, p.Nk = c.Nk, p.H = 4, p.Hkv = 2, p.D = 64, p.softmax_scale = 0.125f;
   const size_t count = cuda::fp16_scale_count(p), nq = s.q.values.size(), nk = s.k.values.size();
+  const int64_t ld = static_cast<int64_t>(cuda::fp16_kht_ld(p));
+  ASSERT_EQ(ld, 72);
+  const size_t nkt = static_cast<size_t>(2 * 2 * 64 * ld);
   DeviceBytes q(nq * 2, s.q.values.data()), k(nk * 2, s.k.values.data()), v(nk * 2, s.v.values.data());
-  DeviceBytes qh(nq * 2), kht(nk * 2), vh(nk * 2), scales(count * 4), ws(count * 4);
+  DeviceBytes qh(nq * 2), kht(nkt * 2), vh(nk * 2), scales(count * 4), ws(count * 4);
   const cuda::Status st =
       cuda::convert_fp16_copies(p, dense(q.p, s.q), dense(k.p, s.k), dense(v.p, s.v), qh.p, kht.p, vh.p,
                                 static_cast<float*>(scales.p), ws.p, nullptr);
@@ -113,13 +118,13 @@ TEST(ConvertFp16, ScalesAndEveryElementMatchTheCpu) {
   for (size_t i = 0; i < count; ++i) EXPECT_EQ(got_s[i], want_s[i]) << "scale " << i;
 
   // Every element: fp16(x s) of its head, in the layouts the header names.
-  const std::vector<uint16_t> gq = qh.download<uint16_t>(nq), gk = kht.download<uint16_t>(nk),
+  const std::vector<uint16_t> gq = qh.download<uint16_t>(nq), gk = kht.download<uint16_t>(nkt),
                               gv = vh.download<uint16_t>(nk);
   int64_t wrong = 0, checked = 0;
   auto expect = [&](float x, float scale, uint16_t got) {
     const float want = cpu::round_fp16(x * scale), g = half_value(got);
     ++checked;
-    if (!(g == want) || std::signbit(g) != std::signbit(want)) ++wrong;
+    if (std::isnan(want) ? !std::isnan(g) : (!(g == want) || std::signbit(g) != std::signbit(want))) ++wrong;
   };
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t h = 0; h < 4; ++h)
@@ -130,10 +135,12 @@ TEST(ConvertFp16, ScalesAndEveryElementMatchTheCpu) {
     for (int64_t hk = 0; hk < 2; ++hk)
       for (int64_t n = 0; n < c.Nk; ++n)
         for (int64_t d = 0; d < 64; ++d) {
-          expect(s.k.at(b, n, hk, d).to_float(), want_s[8 + b * 2 + hk], gk[((b * 2 + hk) * 64 + d) * c.Nk + n]);
+          expect(s.k.at(b, n, hk, d).to_float(), want_s[8 + b * 2 + hk], gk[((b * 2 + hk) * 64 + d) * ld + n]);
           expect(s.v.at(b, n, hk, d).to_float(), want_s[12 + b * 2 + hk], gv[((b * c.Nk + n) * 2 + hk) * 64 + d]);
         }
   EXPECT_EQ(checked, static_cast<int64_t>(nq + 2 * nk));
+  for (int64_t row = 0; row < 2 * 2 * 64; ++row)  // kht's padding keys Nk..ld - 1: zeros
+    for (int64_t n = c.Nk; n < ld; ++n) EXPECT_EQ(gk[row * ld + n], 0) << "kht row " << row << ", key " << n;
   EXPECT_EQ(wrong, 0) << "elements whose FP16 copy differs from the CPU's, of " << checked;
 }
 
@@ -147,8 +154,13 @@ TEST(ConvertFp16, BadArgumentsAreNamed) {
   float* f = reinterpret_cast<float*>(16);
   cuda::Status st = cuda::convert_fp16_copies(p, t, t, t, f, f, f, f, f, nullptr);
   EXPECT_FALSE(st.ok);
-  EXPECT_NE(st.message.find("multiple of 32"), std::string::npos) << st.message;
+  EXPECT_NE(st.message.find("multiple of 64"), std::string::npos) << st.message;
   p.D = 64;
+  cuda::DeviceTensor odd = t;
+  odd.stride[1] = 100;  // 200-byte rows: not 16-byte aligned
+  st = cuda::convert_fp16_copies(p, t, odd, t, f, f, f, f, f, nullptr);
+  EXPECT_FALSE(st.ok);
+  EXPECT_NE(st.message.find("k's data or B, N, H strides"), std::string::npos) << st.message;
   st = cuda::convert_fp16_copies(p, t, t, t, f, f, nullptr, f, f, nullptr);
   EXPECT_FALSE(st.ok);
   EXPECT_NE(st.message.find("qh, kht, vh, scales and workspace are required"), std::string::npos) << st.message;

@@ -122,10 +122,13 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
 // fp16-lowrank's conversion pass (docs/design-fp16-projection.md, build step 2; forward() runs it for that
 // projection): FP16 copies of q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16, each head's scaled by the power of two s
 // that puts its largest |x| in [2^14, 2^15) (the CPU emulator's cpu::fp16_head_scale), rounded to nearest even.
-// Outputs, dense: qh (B, Nq, H, D), kht (B, Hkv, D, Nk) (K transposed per kv head), vh (B, Nk, Hkv, D), and scales,
-// fp16_scale_count(p) floats: q's heads (b H + h), then k's (B H + b Hkv + hk), then v's (B H + B Hkv + b Hkv + hk).
-// workspace: fp16_scale_count(p) 4-byte words. Any D that is a multiple of 32; p's variant is not read.
+// Outputs, dense: qh (B, Nq, H, D), kht (B, Hkv, D, fp16_kht_ld(p)) (K transposed per kv head; its rows are Nk
+// rounded up to a multiple of 8 keys, the keys past Nk zero, so that every row starts on 16 bytes), vh (B, Nk, Hkv,
+// D), and scales, fp16_scale_count(p) floats: q's heads (b H + h), then k's (B H + b Hkv + hk), then v's (B H + B
+// Hkv + b Hkv + hk). workspace: fp16_scale_count(p) 4-byte words. D a multiple of 64; q, k, v with 16-byte aligned
+// rows (rows_aligned); p's variant is not read.
 size_t fp16_scale_count(const Problem& p);
+size_t fp16_kht_ld(const Problem& p);
 Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                            void* qh, void* kht, void* vh, float* scales, void* workspace, void* stream);
 

@@ -48,27 +48,58 @@ __global__ void __launch_bounds__(kConvertThreads) fp16_absmax_kernel(const Conv
   if (n0 >= t.n) return;
   const int rows = min(kConvertRows, t.n - n0), chunks = p.D / 8;
   const auto* base = static_cast<const __nv_bfloat16*>(t.x.data) + t.b * t.x.s0 + t.h * t.x.s2;
-  uint32_t m = 0;  // two BF16 magnitudes
-  for (int e = threadIdx.x; e < rows * chunks; e += kConvertThreads) {
-    const int r = e / chunks, c = e % chunks;
-    const uint4 w = *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(n0 + r) * t.x.s1 + c * 8);
-    for (uint32_t x : {w.x, w.y, w.z, w.w}) {
-      x &= 0x7FFF7FFFu;
-      x &= ~__vcmpgtu2(x, 0x7F807F80u);  // NaN halves -> 0
-      m = __vmaxu2(m, x);
+  // v's heads also give their largest row norm |V_j| (fp16-lowrank's dS scale): a row's chunks are `chunks`
+  // consecutive lanes (kConvertThreads is a multiple of the row's chunks, D <= 256), summed by shuffles.
+  const bool norms = t.slot >= p.B * p.H + p.B * p.Hkv;
+  uint32_t m = 0;      // two BF16 magnitudes
+  float nmax = 0.0f;  // v: the largest row norm
+  // Four chunks per thread in flight at a time (session 43, run 2: one at a time, 98 us for q, k, v at D = 128, N =
+  // 4k under ncu, latency-bound); every thread runs the same count of steps (the shuffles).
+  constexpr int kPer = 4;
+  for (int e0 = 0; e0 < rows * chunks; e0 += kConvertThreads * kPer) {
+    uint4 w[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int e = e0 + u * kConvertThreads + threadIdx.x, r = e / chunks, c = e % chunks;
+      w[u] = e < rows * chunks
+                 ? *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(n0 + r) * t.x.s1 + c * 8)
+                 : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      float sq = 0.0f;
+      for (uint32_t x : {w[u].x, w[u].y, w[u].z, w[u].w}) {
+        sq = fmaf(__uint_as_float(x << 16), __uint_as_float(x << 16), sq);
+        sq = fmaf(__uint_as_float(x & 0xFFFF0000u), __uint_as_float(x & 0xFFFF0000u), sq);
+        x &= 0x7FFF7FFFu;
+        x &= ~__vcmpgtu2(x, 0x7F807F80u);  // NaN halves -> 0
+        m = __vmaxu2(m, x);
+      }
+      if (norms) {  // (uniform per CTA) the row's sum over its `chunks` lanes
+        for (int o = 1; o < chunks; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        nmax = fmaxf(nmax, sqrtf(sq));
+      }
     }
   }
   uint32_t bits = max(m & 0xFFFFu, m >> 16) << 16;  // the largest as float bits
   bits = __reduce_max_sync(0xffffffffu, bits);
   if ((threadIdx.x & 31) == 0) atomicMax(p.maxbits + t.slot, bits);
+  if (norms) {
+    const uint32_t nb = __reduce_max_sync(0xffffffffu, __float_as_uint(nmax));
+    if ((threadIdx.x & 31) == 0) atomicMax(p.maxbits + t.slot + p.B * p.Hkv, nb);
+  }
 }
 
-// scales[i] from maxbits[i], i < count: 2^(15 - e) with max in [2^(e-1), 2^e), the exponent within +-126; 1 for a
-// zero or non-finite max (cpu::fp16_head_scale).
-__global__ void fp16_head_scale_kernel(const unsigned int* maxbits, float* scales, int count) {
+// scales[i] from maxbits[i], i < scale_count: 2^(15 - e) with max in [2^(e-1), 2^e), the exponent within +-126; 1
+// for a zero or non-finite max (cpu::fp16_head_scale). From scale_count to count: v's row norms, as they are.
+__global__ void fp16_head_scale_kernel(const unsigned int* maxbits, float* scales, int scale_count, int count) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float m = __uint_as_float(maxbits[i]);
+  if (i >= scale_count) {
+    scales[i] = m;
+    return;
+  }
   float s = 1.0f;
   if (m > 0.0f && isfinite(m)) s = ldexpf(1.0f, max(-126, min(126, 15 - (ilogbf(m) + 1))));
   scales[i] = s;

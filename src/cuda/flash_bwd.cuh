@@ -32,7 +32,11 @@ __global__ void bwd_preprocess_kernel(const KernelParams p) {
 constexpr int kPreRows = 64, kPreThreads = 256;
 // kApart: the same kernel, launched with its own preferred shared-memory carveout so that the SMs are reconfigured
 // between it and gproj's main kernel (launch.cu: v3.40, v3.45d at D = 128, v3.45e at D = 64).
-template <int D, bool kApart = false>
+// kH16 (fp16-lowrank, docs/design-fp16-projection.md): O is the forward's FP16 copy p.o16 = fp16(O s_v) (dense (B,
+// Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), each row's
+// r_i accumulator (p.rowsum) is zeroed, and |dO_i| goes to its head's max (p.dmax_bits, an atomic max of the float
+// bits; zeroed before), the bound the main kernel scales dS by.
+template <int D, bool kApart = false, bool kH16 = false>
 __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
   constexpr int kWords = D / 2 + 1, kChunks = D / 8;
   __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];
@@ -48,7 +52,7 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     const int64_t lin = min(first + threadIdx.x, total - 1), q = lin / inner, b = q / mid;
     const int y = static_cast<int>(lin - q * inner), x = static_cast<int>(q - b * mid);
     const int64_t i = h_fast ? x : y, h = h_fast ? y : x;
-    base_o[threadIdx.x] = b * p.o.s0 + i * p.o.s1 + h * p.o.s2;
+    base_o[threadIdx.x] = kH16 ? ((b * p.Nq + i) * p.H + h) * D : b * p.o.s0 + i * p.o.s1 + h * p.o.s2;
     base_d[threadIdx.x] = b * p.dout.s0 + i * p.dout.s1 + h * p.dout.s2;
     out_row[threadIdx.x] = (b * p.H + h) * p.Nq + i;
   }
@@ -56,7 +60,8 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
   for (int x = threadIdx.x; x < kPreRows * kChunks; x += kPreThreads) {
     const int r = x / kChunks, c = x % kChunks;
     if (first + r >= total) continue;
-    const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + base_o[r];
+    const auto* o = kH16 ? reinterpret_cast<const __nv_bfloat16*>(p.o16) + base_o[r]
+                         : static_cast<const __nv_bfloat16*>(p.o.data) + base_o[r];  // (kH16: FP16 bits)
     const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + base_d[r];
     const uint4 vo = reinterpret_cast<const uint4*>(o)[c], vd = reinterpret_cast<const uint4*>(d)[c];
     uint32_t* to = so + r * kWords + c * 4;
@@ -67,16 +72,31 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
   __syncthreads();
   const int r = threadIdx.x;
   if (r >= kPreRows || first + r >= total) return;
-  float acc = 0.0f;
+  float acc = 0.0f, sq = 0.0f;
 #pragma unroll 8
   for (int w = 0; w < D / 2; ++w) {
     const uint32_t wo = so[r * kWords + w], wd = sd[r * kWords + w];
-    const float o0 = __uint_as_float(wo << 16), o1 = __uint_as_float(wo & 0xffff0000u);
+    float o0, o1;
+    if constexpr (kH16) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&wo));
+      o0 = f.x, o1 = f.y;
+    } else {
+      o0 = __uint_as_float(wo << 16), o1 = __uint_as_float(wo & 0xffff0000u);
+    }
     const float d0 = __uint_as_float(wd << 16), d1 = __uint_as_float(wd & 0xffff0000u);
     acc = __fadd_rn(acc, __fmul_rn(d0, o0));
     acc = __fadd_rn(acc, __fmul_rn(d1, o1));
+    if constexpr (kH16) sq = fmaf(d1, d1, fmaf(d0, d0, sq));
   }
-  p.delta[out_row[r]] = acc;
+  if constexpr (kH16) {
+    const int64_t row = out_row[r];
+    const int bh = static_cast<int>(row / p.Nq), b = bh / p.H, hk = (bh % p.H) / (p.H / p.Hkv);
+    p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
+    p.rowsum[row] = 0.0f;
+    atomicMax(p.dmax_bits + bh, __float_as_uint(sqrtf(sq)));
+  } else {
+    p.delta[out_row[r]] = acc;
+  }
 }
 
 // Dynamic shared memory: sK, sQ (rows, D+1), sV, sdO (rows, D+1), sP, sdS (BQ, BK+1), sL, sDelta (BQ).
@@ -362,6 +382,40 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
     }
   }
   store_bf16_vec<4>(p.dq + idx, {p.scale * x.x, p.scale * x.y, p.scale * x.z, p.scale * x.w});
+}
+
+// fp16-lowrank's dQ post-pass (docs/design-fp16-projection.md, build step 5): dQacc is in sigma s_k units (FP16 dS
+// times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
+// 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
+// emulator's order. One thread per 4 elements of (B, Nq, H, D). (The simple form; the rank-4 post-pass of the
+// design, U in registers and 8 rows a thread, is the fast one.)
+__global__ void h16_dq_kernel(const KernelParams p) {
+  const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
+  if (idx >= static_cast<uint32_t>(p.B) * p.Nq * p.H * p.D) return;
+  const auto [b, i, h, d] = decode_bnhd(idx, p.Nq, p.H, p.D);
+  const int hk = h / (p.H / p.Hkv);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h, row = bh * p.Nq + i;
+  float4 x = *reinterpret_cast<const float4*>(p.dq_acc + dq_acc_index(p, bh, i, d));
+  const float inv_sk = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
+  float acc[4] = {x.x * inv_sk, x.y * inv_sk, x.z * inv_sk, x.w * inv_sk};
+  const float* rec = p.fwd_stats + row * kLowRank;
+  const float s_i = rec[kStatS];
+  if (s_i > 0.0f) {
+    const float c = p.rowsum[row] / s_i;
+    const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * p.D * kLowRank;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float back = 0.0f;  // (P K U)_i U^T, column d + e
+#pragma unroll
+      for (int t = 0; t < kTailRank; ++t) back += rec[t] * u[(d + e) * kLowRank + t];
+      acc[e] -= c * back;
+    }
+  }
+  // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
+  const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
+                                             p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
+  store_bf16_vec<4>(p.dq + idx, {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale),
+                                 p.scale * (acc[2] * unscale), p.scale * (acc[3] * unscale)});
 }
 
 // dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order; one

@@ -55,20 +55,26 @@ constexpr bool kBwdWgSplit = kSplitDq && D == 128;
 // 64 K rows of 128 bytes, the rows each warpgroup's n72 steps read (their descriptors point there per warpgroup).
 constexpr int kWgOnesElems = 4096;
 
+// kH16 (fp16-lowrank, D = 128): sK holds Kh^T, two column blocks of 64 keys, each 144 rows of 128 bytes (D-rows 0-63,
+// 8 rows of ones, D-rows 64-127, 8 rows of ones; docs/design-fp16-projection.md); 2 x 64 more floats for 1 / l.
+constexpr int kH16ColBlock = 144 * 64, kH16KElems = 2 * kH16ColBlock;
+
 template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
-          bool kFwdStats = false>
+          bool kFwdStats = false, bool kH16 = false>
 constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
   // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | [bf16(U)^T, D / 64 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
-  return sizeof(bf16_t) * (2 * kWgBwdKeys * D + 2 * kBwdWgStages<D, kTma, kBulk> * kWgBwdRows * D +
+  return sizeof(bf16_t) * ((kH16 ? kH16KElems : kWgBwdKeys * D) + kWgBwdKeys * D +
+                           2 * kBwdWgStages<D, kTma, kBulk> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
                            (kThresh ? kWgBwdRows * kWgBwdKeys : 0) +
                            (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
                            (kFwdStats ? kWgOnesElems : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
-         sizeof(float) * (4 * kWgBwdRows + (kBulk ? kBulkDqFloats : 0)) + 8 * 8 + 1024;
+         sizeof(float) * ((kH16 ? 6 : 4) * kWgBwdRows + (kBulk ? kBulkDqFloats : 0)) + 8 * 8 + 1024;
 }
+
 
 // dK compensation (kDkComp): dK_acc[key] += E[key] U_q^T for this thread's keys (rows g, g + 8 of its warp's 16),
 // E the m64n16 accumulator of eps^T (Q U_q) (columns 0-7; lane (g, t) holds columns 2 t, 2 t + 1 of block 0),
@@ -265,8 +271,14 @@ static_assert(kAblate >= 0 && kAblate < 256, "GPROJ_ABLATE is an 8-bit mask (16,
 // only r_i, through the dQ product: one 64-column block of it becomes m64n72k16, whose last 8 columns read a
 // shared tile of ones (the descriptor's N-block stride points there), so r_i costs no extra read of bf16(dS).
 // No statistics product, no K U product, one 4-byte atomic per row and warpgroup instead of the 32-byte record.
+// kH16 (fp16-lowrank, on v3.2 at D = 128; docs/design-fp16-projection.md, build step 4): sK holds Kh^T (maps.k over
+// the forward's kht) with rows of ones, the Q stages hold Qh (maps.q over qh); S^T = Kh Qh^T reads A MN-major; the
+// element-wise step rebuilds the consistent P = fp16(exp2(S scale log2e - M)) / l with M = ceil(LSE log2e), rounds
+// sigma dS to FP16 (the dK product's A and the dQ product's tile); dQ = dS Kh reads B K-major over Kh^T, its own
+// keys' four steps m64n72k16 with the ones rows (r_i, added to p.rowsum); dK = fp16(dS^T) Qh; dV as baseline's.
+// dK leaves divided by sigma s_q; dQacc is in sigma s_k units (the dQ post-pass takes them out and projects).
 template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
-          bool kVecDq = false, bool kFwdStats = false>
+          bool kVecDq = false, bool kFwdStats = false, bool kH16 = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -276,6 +288,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kDkComp || (kThresh && D == 64 && !kSplitDq), "dK compensation: thresh-lowrank on v3.1, D = 64");
   static_assert(!kVecDq || (kSplitDq && D == 128), "v3.3 is a form of v3.2 at D = 128");
   static_assert(!kFwdStats || (kThresh && !kDkComp && !kVecDq), "v3.9 is a form of thresh-lowrank's v3.1 / v3.2");
+  static_assert(!kH16 || (kSplitDq && kTma && D == 128 && !kThresh && !kStats && !kDkComp && !kVecDq),
+                "fp16-lowrank's backward is a form of v3.2 at D = 128");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<D, kTma, kBulk>;
@@ -283,7 +297,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t raw = smem_u32(smem_raw);
   // Tiles [D/64][rows][64], 128B-swizzled (wgmma.cuh): one layout serves as K-major and as MN-major operand.
   bf16_t* sK = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BK][64]
-  bf16_t* sV = sK + BK * D;                                                               // [kNB][BK][64]
+  bf16_t* sV = sK + (kH16 ? kH16KElems : BK * D);  // [kNB][BK][64] (kH16: sK is Kh^T, [2][144][64] FP16)
   bf16_t* sQ = sV + BK * D;                                                        // [kStages][kNB][BQ][64]
   bf16_t* sdO = sQ + kStages * BQ * D;                                             // [kStages][kNB][BQ][64]
   bf16_t* sdS = sdO + kStages * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
@@ -298,7 +312,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   float* sL = sDq + (kBulk ? kBulkDqFloats : 0);  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
-  uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
+  float* sIl = sDl + 2 * BQ;                            // kH16: [2][BQ] 1 / l (sL then holds M = ceil(LSE log2e))
+  uint64_t* full = reinterpret_cast<uint64_t*>(sIl + (kH16 ? 2 * BQ : 0));  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
   uint64_t* empty = full + 3;
   uint64_t* kv_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -331,6 +346,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       tma_load_4d(sdO + st * BQ * D + nb * BQ * 64, &maps.dout, nb * 64, h, i0, b, &full[st]);
     }
   };
+  if constexpr (kH16) {  // Kh^T's rows of ones (64-71, 136-143 of each column block; read after the first barrier)
+    const int cb = threadIdx.x >> 7, grp = (threadIdx.x >> 6) & 1, r = (threadIdx.x >> 3) & 7, c = threadIdx.x & 7;
+    *reinterpret_cast<uint4*>(sK + cb * kH16ColBlock + ((grp ? 136 : 64) + r) * 64 + c * 8) =
+        make_uint4(0x3C003C00u, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u);  // FP16 ones
+    fence_async_smem();
+  }
   if constexpr (kFwdStats) {  // ones for the dQ product's r_i columns (read after the loop's first barrier)
     const uint4 ones = make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u);
     for (int x = threadIdx.x; x < kWgOnesElems / 8; x += kWgThreads) reinterpret_cast<uint4*>(sOnes)[x] = ones;
@@ -380,7 +401,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
         for (int r = 0; r < BK; r += 64) {
-          tma_load_4d(sK + nb * BK * 64 + r * 64, &maps.k, nb * 64, hk, j0 + r, b, kv_full);
+          if constexpr (kH16) {  // Kh^T: keys j0 + r .., D-rows 64 nb .. into rows 72 nb of column block r / 64
+            tma_load_4d(sK + (r / 64) * kH16ColBlock + nb * 72 * 64, &maps.k, j0 + r, nb * 64, hk, b, kv_full);
+          } else {
+            tma_load_4d(sK + nb * BK * 64 + r * 64, &maps.k, nb * 64, hk, j0 + r, b, kv_full);
+          }
           tma_load_4d(sV + nb * BK * 64 + r * 64, &maps.v, nb * 64, hk, j0 + r, b, kv_full);
         }
       for (int it = 0; it < min(2, count); ++it) tma_q(it);
@@ -414,19 +439,33 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   // v3.1: each warpgroup's threads 0..63 stage the LSE and delta of one query row, loaded a block ahead.
   const int ltid = threadIdx.x & 127;
-  float next_l = 0.0f, next_dl = 0.0f;
+  float next_l = 0.0f, next_dl = 0.0f, next_il = 0.0f;
   uint4 next_qu = make_uint4(0, 0, 0, 0);  // kDkComp: bf16(Q U_q) of the same row
   const auto load_row = [&](int qb) {  // 0 past Nq (those columns are masked)
     const int i = qb * BQ + ltid;
     if (kTma && ltid < BQ && qb < nqb && i < p.Nq) {
       next_l = p.lse[bh * p.Nq + i] * kLog2e;  // as the element-wise step uses it
       next_dl = p.delta[bh * p.Nq + i];
+      if constexpr (kH16) {  // M = ceil(LSE log2e) and 1 / l = 2^(M - LSE log2e) (-inf: an empty row)
+        const float m = ceilf(next_l);
+        next_il = next_l == neg_inf() ? 0.0f : fast_exp2(m - next_l);
+        next_l = m;
+      }
       if constexpr (kDkComp) next_qu = *reinterpret_cast<const uint4*>(p.qu + (bh * p.Nq + i) * kLowRank);
     } else {
-      next_l = next_dl = 0.0f;
+      next_l = next_dl = next_il = 0.0f;
       next_qu = make_uint4(0, 0, 0, 0);
     }
   };
+  // kH16: the CTA's powers of two: sigma (dS), S's scale log2e over Qh's and Kh's scales, dK's 1 / (sigma s_q).
+  float h16_sigma = 1.0f, h16_sl2 = 0.0f, h16_dk_unscale = 1.0f;
+  if constexpr (kH16) {
+    const float s_q = p.fp16_scales[b * p.H + h], s_k = p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
+    h16_sigma = fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
+                              p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
+    h16_sl2 = p.scale * kLog2e * (1.0f / (s_q * s_k));  // exact: powers of two
+    h16_dk_unscale = 1.0f / (h16_sigma * s_q);
+  }
   float ecomp[8];  // kDkComp: eps^T (Q U_q) of this warpgroup's 64 keys, m64n16 (columns 8-15 stay zero)
 #pragma unroll
   for (int e = 0; e < 8; ++e) ecomp[e] = 0.0f;
@@ -492,6 +531,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint64_t q_kd = wg_desc_kmajor(sQ), o_kd = wg_desc_kmajor(sdO);       // their B (stage 0)
   const uint64_t q_mn = wg_desc_mnmajor(sQ, BQ * 128), o_mn = wg_desc_mnmajor(sdO, BQ * 128);  // dK, dV's B
   const uint64_t ds_kd = wg_desc_kmajor(sdS), k_mn = wg_desc_mnmajor(sK, BK * 128);            // dQ's A, B
+  // kH16: S^T's A, Kh^T's column block wg (MN-major; M = 64 keys, one 128-byte block), and dQ's B, Kh^T's rows
+  // 72 wg .. (K-major: D-rows 64 wg .. and the ones after them)
+  const uint64_t kt_mn = wg_desc_mnmajor(sK + wg_u * kH16ColBlock, kH16ColBlock * 2),
+                 kt_kd = wg_desc_kmajor(sK + wg_u * 72 * 64);
   const uint64_t p_kd = wg_desc_kmajor(sP + wg_u * BQ * 64), up_kd = wg_desc_kmajor(sUp + wg_u * kWgStatCols * 64),
                  ud_kd = wg_desc_kmajor(sUd);  // kThresh: the statistics product's
   for (int it = 0; it < count; ++it) {
@@ -505,6 +548,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (ltid < BQ) {
         Ls[ltid] = next_l;
         Dls[ltid] = next_dl;
+        if constexpr (kH16) sIl[wg * BQ + ltid] = next_il;
         if constexpr (kDkComp) {  // row ltid's 8 values into column ltid of the warpgroup's (Q U_q)^T tile
           const bf16_t* v = reinterpret_cast<const bf16_t*>(&next_qu);
 #pragma unroll
@@ -545,7 +589,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int kin = 0; kin < 4; ++kin) {
         const uint64_t q_desc = wg_desc_advance_lo(q_kd, st_off + kb * BQ * 64 + kin * 16);
         const uint64_t o_desc = wg_desc_advance_lo(o_kd, st_off + kb * BQ * 64 + kin * 16);
-        if (kb + kin == 0) {
+        if constexpr (kH16) {  // A = Kh from Kh^T (MN-major): D-rows 16 (4 kb + kin) at row 72 kb + 16 kin
+          wgmma_ss_n64_f16_ta(s, wg_desc_advance_lo(kt_mn, (kb * 72 + kin * 16) * 64), q_desc, kb + kin != 0);
+          if (kb + kin == 0) {
+            wgmma_ss_n64_first(dp, v_kd, o_desc);
+          } else {
+            wgmma_ss_n64<0>(dp, wg_desc_advance_lo(v_kd, kb * BK * 64 + kin * 16), o_desc, 1);
+          }
+        } else if (kb + kin == 0) {
           wgmma_ss_n64_first(s, k_kd, q_desc);
           wgmma_ss_n64_first(dp, v_kd, o_desc);
         } else {
@@ -578,21 +629,33 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         for (int e = 0; e < 4; ++e) {
           const int ql = ql0 + (e & 1), q = i0 + ql;
           const int key = e < 2 ? key_a : key_b;
-          const float L = (e & 1) ? L2.y : L2.x, dl = (e & 1) ? D2.y : D2.x;
+          const float L = (e & 1) ? L2.y : L2.x;
+          [[maybe_unused]] const float dl = (e & 1) ? D2.y : D2.x;  // (kH16 takes it below)
           bool vis = true;
           if constexpr (!decltype(all_visible)::value) {
             vis = q < p.Nq && key < p.Nk && key <= last_visible(p, q) && L != neg_inf();
           }
-          const float x = vis ? fast_exp2(s[4 * n + e] * sl2 - L) : 0.0f;
+          // kH16: L is M = ceil(LSE log2e); P^ = exp2(S scale log2e - M) in one FFMA, as the forward forms it
+          const float x = vis ? (kH16 ? fast_exp2(fmaf(s[4 * n + e], h16_sl2, -L)) : fast_exp2(s[4 * n + e] * sl2 - L))
+                              : 0.0f;
           pv[e] = x;
-          dsv[e] = x * (dp[4 * n + e] - dl);
+          if constexpr (!kH16) dsv[e] = x * (dp[4 * n + e] - dl);
+        }
+        if constexpr (kH16) {  // P = fp16(P^) / l, then sigma dS rounded to FP16 below
+          const float2 il = *reinterpret_cast<const float2*>(sIl + wg * BQ + ql0);
+          const float2 ra = __half22float2(__floats2half2_rn(pv[0], pv[1]));
+          const float2 rb = __half22float2(__floats2half2_rn(pv[2], pv[3]));
+          pv[0] = ra.x * il.x, pv[1] = ra.y * il.y, pv[2] = rb.x * il.x, pv[3] = rb.y * il.y;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dsv[e] = pv[e] * (dp[4 * n + e] - ((e & 1) ? D2.y : D2.x)) * h16_sigma;
         }
         pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
         pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
         // kThresh: bf16(P) >= thresh, as the list holds them, is FP32 P >= thresh_unrounded (rounding is
         // monotone), so the FP32 values are compared, once, through their max.
         if (kThresh && !(kAblate & 8)) pmax = fmaxf(pmax, fmaxf(fmaxf(pv[0], pv[1]), fmaxf(pv[2], pv[3])));
-        const uint32_t da = pack_bf16(dsv[0], dsv[1]), db = pack_bf16(dsv[2], dsv[3]);
+        const uint32_t da = kH16 ? pack_f16(dsv[0], dsv[1]) : pack_bf16(dsv[0], dsv[1]),
+                       db = kH16 ? pack_f16(dsv[2], dsv[3]) : pack_bf16(dsv[2], dsv[3]);
         dsf[n >> 1][(n & 1) * 2] = da;
         dsf[n >> 1][(n & 1) * 2 + 1] = db;
         if constexpr (kDkComp) {  // the rounding error B4 leaves, rounded again (a tensor-core operand)
@@ -662,7 +725,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int kk = 0; kk < 4; ++kk) {
         const int off = st_off + kk * 16 * 64;
         wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_advance_lo(o_mn, off), 1);
-        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_advance_lo(q_mn, off), 1);
+        wgmma_rs_n128<1, kH16>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_advance_lo(q_mn, off), 1);
       }
     } else {
 #pragma unroll
@@ -721,9 +784,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       // kFwdStats: the steps that also sum bf16(dS) against the ones, each warpgroup over 64 keys: v3.2 warpgroup
       // w's k-steps 4 w .. 4 w + 3 (keys 64 w ..), v3.1 both warpgroups' column block 0 (their own keys).
       const bool with_r = kFwdStats && (kSplit || qn == 0);
-      float dqa[kFwdStats ? 36 : 32];
+      constexpr bool kR = kFwdStats || kH16;  // the dQ accumulator's 9th n8 block: r_i
+      float dqa[kR ? 36 : 32];
 #pragma unroll
-      for (int e = 0; e < (kFwdStats ? 36 : 32); ++e) dqa[e] = 0.0f;
+      for (int e = 0; e < (kR ? 36 : 32); ++e) dqa[e] = 0.0f;
       float st16[8];  // kThresh, first column block: the statistics record of this warp's rows, m64n16 layout
       if constexpr ((kAblate & 1) || kFwdStats) {
 #pragma unroll
@@ -748,10 +812,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         // kFwdStats with v3.2: warpgroup w takes its own keys' steps (4 w ..) first, so that steps 0-3 are the n72
         // ones in both warpgroups: the shape of every step is then known at compile time (a runtime choice between
         // n72 and n64 made ptxas serialise all wgmmas of the kernel: C7520, backward +20%).
-        const int kin = kFwdStats && kSplit ? (t + 4 * wg) & 7 : t;
+        const int kin = kR && kSplit ? (t + 4 * wg) & 7 : t;
         const bf16_t* a = kSplit ? sdS_it + (kin >> 2) * BQ * 64 + (kin & 3) * 16 : sdS_it + wg * BQ * 64 + kin * 16;
         const bf16_t* bk = kSplit ? sK + nb * BK * 64 + kin * 16 * 64 : kw(nb) + kin * 16 * 64;
-        if constexpr (kFwdStats) {
+        if constexpr (kH16) {  // B = Kh^T K-major: column block kin / 4, keys 16 (kin % 4) .. of each row
+          const int a_off = (kin >> 2) * BQ * 64 + (kin & 3) * 16;
+          const uint64_t da = wg_desc_advance_lo(ds_kd, ds_off + a_off);
+          const uint64_t db = wg_desc_advance_lo(kt_kd, (kin >> 2) * kH16ColBlock + (kin & 3) * 16);
+          if (t < 4) {  // the warpgroup's own keys: n72, the ones rows give r_i
+            wgmma_ss_n72_f16(dqa, da, db);
+          } else {
+            wgmma_ss_n64_f16(reinterpret_cast<float(&)[32]>(dqa), da, db);
+          }
+        } else if constexpr (kFwdStats) {
           if (kSplit ? t < 4 : with_r) {
             // N-block 1 (columns 64-71) at bk + the descriptor's N-block stride: row (kin % 4) 16 .. of sOnes.
             // `first`: the byte offset from sK of this warpgroup's first n72 step's B rows.
@@ -770,6 +843,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wg_commit();
       wg_wait0();
       fence_regs(dqa);
+      if (kH16 && tq == 0) {  // r_i of this warpgroup's keys: column 64 (every ones column holds it)
+        if (row_a < p.Nq) atomic_add1(p.rowsum + bh * p.Nq + row_a, dqa[32]);
+        if (row_b < p.Nq) atomic_add1(p.rowsum + bh * p.Nq + row_b, dqa[34]);
+      }
       if (kThresh && qn == 0) {
         fence_regs(st16);
         // Columns 2 tq, 2 tq + 1 of the record (n8 block 0): one 8-byte atomic per lane and row.
@@ -837,6 +914,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (lane == 0) bulk_wait0();  // the dQ tiles' reduce-adds are done before the CTA's shared memory goes
   }
   if constexpr (kDkComp) dk_compensate<D>(p.u_q + bh * D * kLowRank, ecomp, dk, lane);
+  if constexpr (kH16) {  // dK out of sigma s_q's units (exact: a power of two)
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 32; ++e) dk[nb][e] *= h16_dk_unscale;
+  }
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).
   if (p.dkv_direct != 0) {
     store_dk_dv_direct<D, BK>(p, sV, reinterpret_cast<const float(&)[D / 8][4]>(dk),

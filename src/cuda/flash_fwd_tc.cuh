@@ -164,7 +164,8 @@ __device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pf)[4][4
 // of rows row_a and row_a + 8 from accumulators in the m16n8 C layout (acc[n][e]: column 8 n + 2 t + e % 2), and
 // LSE = m + log(l); empty rows give O = 0 and LSE = -inf. Shared by the mma.sync and wgmma forwards.
 // kH16 (fp16-lowrank, the consistent P): m is in log2 units, LSE = (m + log2 l) ln 2, and acc is in the units of
-// the FP16 V, scaled by the power of two v_scale: O = acc / (l v_scale).
+// the FP16 V, scaled by the power of two v_scale: O = acc / (l v_scale); and p.o16_out gets fp16(acc / l) = fp16(O
+// v_scale), the FP16 copy of O the backward's delta reads.
 template <int D, bool kH16 = false>
 __device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h, int row_a, int tq, float m_a,
                                             float m_b, float l_a, float l_b, const float (&acc)[D / 8][4],
@@ -187,6 +188,10 @@ __device__ __forceinline__ void store_o_lse(const KernelParams& p, int b, int h,
       const int d = n * 8 + 2 * tq;
       const float x0 = empty ? 0.0f : acc[n][2 * half] / l, x1 = empty ? 0.0f : acc[n][2 * half + 1] / l;
       *reinterpret_cast<__nv_bfloat162*>(p.o_out + base + d) = __floats2bfloat162_rn(x0, x1);  // F5
+      if constexpr (kH16) {  // O s_v = acc / l in FP16: the backward's delta reads it (the emulator's rounding)
+        const float y0 = empty ? 0.0f : acc[n][2 * half] / l_sum, y1 = empty ? 0.0f : acc[n][2 * half + 1] / l_sum;
+        *reinterpret_cast<__half2*>(p.o16_out + base + d) = __floats2half2_rn(y0, y1);
+      }
       if (p.o_fp32_out) *reinterpret_cast<float2*>(p.o_fp32_out + base + d) = make_float2(x0, x1);
     }
     if (tq == 0) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -38,6 +39,9 @@ struct KernelParams {
   const float* lse;                  // (B, H, Nq) contiguous
   __nv_bfloat16* o_out;              // forward: (B, Nq, H, D) contiguous
   float* o_fp32_out;                 // forward: optional
+  __half* o16_out;                   // forward, fp16-lowrank: (B, Nq, H, D) fp16(O s_v), the backward's delta source
+  const __half* o16;                 // backward, fp16-lowrank: the same
+  unsigned int* dmax_bits;           // backward, fp16-lowrank: (B, H) max_i |dO_i| as float bits (preprocess)
   float* lse_out;                    // forward
   // backward workspace, all contiguous FP32
   float* delta;                      // (B, H, Nq)
@@ -205,10 +209,28 @@ __device__ __forceinline__ float fp16_ku_scale(float k_scale) {
   constexpr float kInv = 1.0f / static_cast<float>(1 << fp16_ku_shift(D));
   return fmaxf(k_scale * kInv, 1.17549435e-38f);  // >= 2^-126
 }
-// Slots of cuda::fp16_scale_count's layout: q's head (b, h), k's and v's kv head (b, hk).
+// Slots of cuda::fp16_scale_count's layout: q's head (b, h), k's and v's kv head (b, hk), v's largest row norm.
 __device__ __forceinline__ int fp16_k_slot(int B, int H, int Hkv, int b, int hk) { return B * H + b * Hkv + hk; }
 __device__ __forceinline__ int fp16_v_slot(int B, int H, int Hkv, int b, int hk) {
   return B * H + B * Hkv + b * Hkv + hk;
+}
+__device__ __forceinline__ int fp16_vnorm_slot(int B, int H, int Hkv, int b, int hk) {  // max_j |V_j| (not a scale)
+  return B * H + 2 * B * Hkv + b * Hkv + hk;
+}
+
+// fp16-lowrank's dS scale (the CPU emulator's): sigma = 2^(14 - ceil(log2 bound)), bound = 2 max_i |dO_i| max_j |V_j|
+// >= |dS_ij|, its exponent within +-126 (2^-126 for an infinite bound), 1 for a zero one. ceil(log2) from the
+// exponent and mantissa of `bound`, exactly.
+__device__ __forceinline__ float fp16_ds_scale(float dmax, float vmax) {
+  const float bound = 2.0f * dmax * vmax;
+  if (!(bound > 0.0f)) return 1.0f;
+  int c = 126 + 14;  // (infinite or NaN bound: 2^-126)
+  if (isfinite(bound)) {
+    int e = 0;
+    const float m = frexpf(bound, &e);  // bound = m 2^e, m in [0.5, 1)
+    c = m == 0.5f ? e - 1 : e;
+  }
+  return ldexpf(1.0f, max(-126, min(126, 14 - c)));
 }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }

@@ -499,11 +499,12 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
 // stride). Every region starts on a 16-byte boundary. Problem::forward_workspace: the Gram partials.
 // fp16-lowrank (docs/design-fp16-projection.md): no ku (its backward has no K U; tiles hold FP16 bits), then the
 // conversion pass's outputs that its backward reads: scales (fp16_scale_count words) | qh (B Nq H D FP16) | kht
-// (B Hkv D Nk FP16); the forward workspace adds vh (B Nk Hkv D FP16, read by the forward only) and the absmax words.
+// (B Hkv D fp16_kht_ld FP16) | o16 (B Nq H D FP16, the forward's fp16(O s_v)); the forward workspace adds vh (B Nk
+// Hkv D FP16, read by the forward only) and the absmax words.
 struct StatsLayout {
-  size_t rows = 0, u = 0, ku = 0, tiles = 0, scales = 0, qh = 0, kht = 0;  // forward_stats
-  size_t gram = 0, vh = 0, maxbits = 0;                                    // forward_workspace
-  size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles + scales + qh + kht); }
+  size_t rows = 0, u = 0, ku = 0, tiles = 0, scales = 0, qh = 0, kht = 0, o16 = 0;  // forward_stats
+  size_t gram = 0, vh = 0, maxbits = 0;                                              // forward_workspace
+  size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles + scales + qh + kht + o16); }
   size_t workspace_bytes() const { return sizeof(float) * (gram + vh + maxbits); }
 };
 StatsLayout stats_layout(const Problem& p) {
@@ -519,6 +520,7 @@ StatsLayout stats_layout(const Problem& p) {
     s.scales = line_words(fp16_scale_count(p));
     s.qh = line_words(static_cast<size_t>(p.B * p.Nq * p.H * p.D) / 2);
     s.kht = line_words(static_cast<size_t>(p.B * p.Hkv * p.D) * fp16_kht_ld(p) / 2);
+    s.o16 = s.qh;  // fp16(O s_v), (B, Nq, H, D) as qh
     s.vh = line_words(static_cast<size_t>(p.B * p.Nk * p.Hkv * p.D) / 2);
     s.maxbits = line_words(fp16_scale_count(p));
   }
@@ -538,7 +540,7 @@ void set_stats_params(KernelParams* kp, const Problem& p, void* stats) {
 // words.
 struct Fp16Copies {
   float* scales;
-  void *qh, *kht, *vh;
+  void *qh, *kht, *o16, *vh;
   unsigned int* maxbits;
 };
 Fp16Copies fp16_copies(const Problem& p, void* stats, void* workspace) {
@@ -546,7 +548,7 @@ Fp16Copies fp16_copies(const Problem& p, void* stats, void* workspace) {
   float* base = static_cast<float*>(stats);
   float* ws = static_cast<float*>(workspace);
   float* scales = base + l.rows + l.u + l.ku + l.tiles;
-  return {scales, scales + l.scales, scales + l.scales + l.qh, ws + l.gram,
+  return {scales, scales + l.scales, scales + l.scales + l.qh, scales + l.scales + l.qh + l.kht, ws + l.gram,
           reinterpret_cast<unsigned int*>(ws + l.gram + l.vh)};
 }
 
@@ -562,8 +564,9 @@ Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTenso
   detail::ConvertParams cp{strided(q), strided(k), strided(v), static_cast<__half*>(qh), static_cast<__half*>(kht),
                            static_cast<__half*>(vh), maxbits, scales, B, Nq, Nk, H, Hkv, D};
   const unsigned row_blocks = static_cast<unsigned>((std::max(Nq, Nk) + detail::kConvertRows - 1) / detail::kConvertRows);
-  detail::fp16_absmax_kernel<<<dim3(row_blocks, count), detail::kConvertThreads, 0, st>>>(cp);
-  detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, count);
+  const int heads = B * H + 2 * B * Hkv;  // (count: and v's row norms)
+  detail::fp16_absmax_kernel<<<dim3(row_blocks, heads), detail::kConvertThreads, 0, st>>>(cp);
+  detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, heads, count);
   const auto chunk_grid = [](int64_t elements) {  // one 16-byte chunk per thread, grid-stride beyond 2^20 blocks
     const int64_t blocks_needed = (elements / 8 + detail::kConvertThreads - 1) / detail::kConvertThreads;
     return static_cast<unsigned>(std::min<int64_t>(blocks_needed, 1 << 20));
@@ -821,6 +824,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     const dim3 tgrid((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock, p.Hkv, p.B);
     if (h16) {  // the FP16 copies (the forward reads vh through maps.v), K's basis, the FP16 K U tiles
       const Fp16Copies c = fp16_copies(p, p.forward_stats, p.forward_workspace);
+      kp.o16_out = static_cast<__half*>(c.o16);
       Status s = convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st);
       DeviceTensor vh;
       vh.data = c.vh;
@@ -883,6 +887,7 @@ ForwardStatsParts forward_stats_parts(const Problem& p, void* stats) {
     parts.scales = base + l.rows + l.u + l.ku + l.tiles;
     parts.qh = parts.scales + l.scales;
     parts.kht = parts.scales + l.scales + l.qh;
+    parts.o16 = parts.scales + l.scales + l.qh + l.kht;
   }
   return parts;
 }
@@ -1015,6 +1020,108 @@ size_t backward_workspace_bytes(const Problem& p, const DeviceTensor& q, const D
 
 namespace {
 
+// fp16-lowrank's Kh^T (the forward's kht, (B, Hkv, D, ld) FP16) as a (ld, D, Hkv, B) tensor map: boxes of 64 keys x
+// 64 D-rows, 128B-swizzled (keys past ld read as zeros; ld's padding keys are zeros already).
+Status kht_map(CUtensorMap* map, void* kht, const Problem& p) {
+  const cuuint64_t ld = fp16_kht_ld(p);
+  const cuuint64_t dims[4] = {ld, static_cast<cuuint64_t>(p.D), static_cast<cuuint64_t>(p.Hkv),
+                              static_cast<cuuint64_t>(p.B)};
+  const cuuint64_t strides[3] = {ld * 2, ld * 2 * p.D, ld * 2 * p.D * p.Hkv};
+  const cuuint32_t box[4] = {64, 64, 1, 1};
+  return encode_sw128_map(map, kht, dims, strides, box, ErrorCode::kDevice, "kht (the FP16 K^T)", "");
+}
+
+// fp16-lowrank's backward (docs/design-fp16-projection.md, build steps 4-5; D = 128): the preprocess (delta from the
+// forward's FP16 O, each head's max |dO_i|), the v3.2-h16 main kernel over the forward's Qh and Kh^T, the dQ
+// post-pass with the rank-6 projection, and the dK / dV postprocess where the main kernel does not store them.
+Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                    const DeviceTensor& lse, const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
+                    const DeviceTensor& dv, void* workspace, cudaStream_t st, std::string* kernels) {
+  if (p.forward_stats == nullptr) {
+    return fail(ErrorCode::kInvalidArgument,
+                "projection fp16-lowrank's backward needs the forward's forward_stats (its statistics and FP16 copies "
+                "of q, k and O)");
+  }
+  if (!(rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout))) {
+    return fail(ErrorCode::kUnsupported, "projection fp16-lowrank on CUDA needs 16-byte aligned rows of q, k, v, do");
+  }
+  if ((p.params.cuda_backward_wgmma != -1 && p.params.cuda_backward_wgmma != 3) || p.params.cuda_backward_warps != 4) {
+    return fail(ErrorCode::kUnsupported,
+                "projection fp16-lowrank's backward is a form of v3.2: cuda_backward_wgmma -1 or 3, 4 warps a CTA");
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const DeviceTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
+    if (reinterpret_cast<uintptr_t>(t->data) % 8 != 0) {
+      return fail(ErrorCode::kInvalidArgument,
+                  std::string(name) + " must be 8-byte aligned (the postprocess stores 4 elements at a time)");
+    }
+  }
+  const bool dkv_aligned =
+      reinterpret_cast<uintptr_t>(dk.data) % 16 == 0 && reinterpret_cast<uintptr_t>(dv.data) % 16 == 0;
+  const int dkv_direct = p.H == p.Hkv && dkv_aligned ? 3 : 0;
+  const Workspace w = layout(p, dkv_direct);
+  if (p.workspace_bytes != 0 && p.workspace_bytes < w.bytes()) {
+    return fail(ErrorCode::kInvalidArgument,
+                "the workspace holds " + std::to_string(p.workspace_bytes) + " bytes (Problem::workspace_bytes); this "
+                "backward needs " + std::to_string(w.bytes()) + " (backward_workspace_bytes with these tensors)");
+  }
+  const ForwardStatsParts parts = forward_stats_parts(p, p.forward_stats);
+  detail::TmaMaps maps{};
+  DeviceTensor qh;
+  qh.data = parts.qh;
+  qh.stride[0] = p.Nq * p.H * p.D, qh.stride[1] = p.H * p.D, qh.stride[2] = p.D, qh.stride[3] = 1;
+  for (Status s : {tensor_map(&maps.q, qh, p.B, p.Nq, p.H, p.D, "qh (the FP16 q)"),
+                   tensor_map(&maps.dout, dout, p.B, p.Nq, p.H, p.D, "do"), kht_map(&maps.k, parts.kht, p),
+                   tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
+    if (!s.ok) return s;
+  }
+  KernelParams kp = base_params(p);
+  kp.q = strided(q);
+  kp.k = strided(k);
+  kp.v = strided(v);
+  kp.dout = strided(dout);
+  kp.lse = static_cast<const float*>(lse.data);
+  float* ws = static_cast<float*>(workspace);
+  kp.delta = ws;
+  kp.rowsum = ws + w.row;
+  kp.dmax_bits = reinterpret_cast<unsigned int*>(ws + 2 * w.row);  // (psum's region: B H words of it)
+  kp.dq_acc = ws + 3 * w.row;
+  kp.dq_tiled = 1;
+  kp.dk_acc = w.dk != 0 ? kp.dq_acc + w.q : nullptr;
+  kp.dv_acc = w.dv != 0 ? kp.dq_acc + w.q + w.dk : nullptr;
+  kp.dkv_direct = dkv_direct;
+  kp.dq = static_cast<__nv_bfloat16*>(dq.data);
+  kp.dk = static_cast<__nv_bfloat16*>(dk.data);
+  kp.dv = static_cast<__nv_bfloat16*>(dv.data);
+  kp.fwd_stats = parts.records;
+  kp.u = parts.u;
+  kp.fp16_scales = parts.scales;
+  kp.o16 = static_cast<const __half*>(parts.o16);
+  if (cudaMemsetAsync(workspace, 0, sizeof(float) * (3 * w.row + w.q), st) != cudaSuccess) {
+    return last_error("workspace memset");
+  }
+  const int64_t rows = p.B * p.H * p.Nq;
+  const auto pre = detail::bwd_preprocess_vec_kernel<128, true, true>;  // carveout apart, as gproj's (v3.40)
+  if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
+    return last_error("backward preprocess carveout");
+  }
+  pre<<<static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows), detail::kPreThreads, 0, st>>>(kp);
+  if (Status s = last_error("backward preprocess (fp16-lowrank)"); !s.ok) return s;
+  const dim3 grid((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B);
+  Status s = launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true>, grid,
+                         detail::kWgThreads, detail::bwd_wg_smem_bytes<128, true, false, true, false, false, true>(),
+                         st, "backward main, wgmma, fp16-lowrank", kp, maps);
+  if (!s.ok) return s;
+  constexpr int kPost = 256;
+  const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;
+  detail::h16_dq_kernel<<<static_cast<unsigned>((nq + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+  if (Status e = last_error("backward dQ post-pass (fp16-lowrank)"); !e.ok) return e;
+  *kernels = "backward v3.2-h16 (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of ones, "
+             "rank-6 dQ projection)";
+  if (dkv_direct == 3) return {};
+  detail::bwd_postprocess_dkv_kernel<false><<<static_cast<unsigned>((nk + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+  return last_error("backward dK/dV postprocess");
+}
+
 Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                        const DeviceTensor& o, const DeviceTensor& o_fp32, const DeviceTensor& lse,
                        const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
@@ -1032,9 +1139,7 @@ Status backward_launch(const Problem& p, const DeviceTensor& q, const DeviceTens
                                                  " bytes past a 16-byte boundary");
   }
   if (effective_projection(p.params) == Projection::kFp16LowRank) {
-    return fail(ErrorCode::kUnsupported,
-                "projection fp16-lowrank's CUDA backward is not written yet (its forward is; "
-                "docs/design-fp16-projection.md, build steps 4-5): take thresh-lowrank, the default, on CUDA");
+    return backward_h16(p, q, k, v, lse, dout, dq, dk, dv, workspace, static_cast<cudaStream_t>(stream), kernels);
   }
   const bool fp32 = p.params.variant == Variant::kFp32;
   if (fp32 && o_fp32.data == nullptr) {
@@ -1226,7 +1331,7 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
   return s;
 }
 
-size_t fp16_scale_count(const Problem& p) { return static_cast<size_t>(p.B * p.H + 2 * p.B * p.Hkv); }
+size_t fp16_scale_count(const Problem& p) { return static_cast<size_t>(p.B * p.H + 3 * p.B * p.Hkv); }
 size_t fp16_kht_ld(const Problem& p) { return static_cast<size_t>((p.Nk + 7) / 8 * 8); }
 
 Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,

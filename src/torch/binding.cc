@@ -148,9 +148,10 @@ Tensors4 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   require_cuda();
   if (gproj::effective_projection(p) == gproj::Projection::kFp16LowRank) {
     throw Error(ErrorCode::kUnsupported,
-                "projection fp16-lowrank runs on CPU tensors only in this op so far: its CUDA forward exists but "
-                "its CUDA backward is not written yet (docs/design-fp16-projection.md); on CUDA take the default "
-                "projection (thresh-lowrank)");
+                "projection fp16-lowrank runs on CPU tensors only in this op so far: its CUDA kernels exist "
+                "(`gproj check --device cuda --projection fp16-lowrank` runs them) but this op does not yet keep "
+                "their forward's statistics for the backward (docs/design-fp16-projection.md); on CUDA take the "
+                "default projection (thresh-lowrank)");
   }
   const c10::cuda::CUDAGuard guard(q.device());
   gproj::cuda::Problem pr = problem_of(q, k, v, p);

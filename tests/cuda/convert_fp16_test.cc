@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -114,8 +115,18 @@ TEST(ConvertFp16, ScalesAndEveryElementMatchTheCpu) {
     const std::vector<float> more = cpu_scales(*t);
     want_s.insert(want_s.end(), more.begin(), more.end());
   }
-  ASSERT_EQ(want_s.size(), count);
-  for (size_t i = 0; i < count; ++i) EXPECT_EQ(got_s[i], want_s[i]) << "scale " << i;
+  ASSERT_EQ(want_s.size() + 4, count);  // then v's largest row norm per kv head (FP32 sums: within 1e-6)
+  for (size_t i = 0; i < want_s.size(); ++i) EXPECT_EQ(got_s[i], want_s[i]) << "scale " << i;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t hk = 0; hk < 2; ++hk) {
+      double norm = 0;
+      for (int64_t n = 0; n < c.Nk; ++n) {
+        double sq = 0;
+        for (int64_t d = 0; d < 64; ++d) sq += std::pow(double(s.v.at(b, n, hk, d).to_float()), 2);
+        norm = std::max(norm, std::sqrt(sq));
+      }
+      EXPECT_NEAR(got_s[want_s.size() + b * 2 + hk], norm, 1e-6 * norm) << "v's row norm, head " << b * 2 + hk;
+    }
 
   // Every element: fp16(x s) of its head, in the layouts the header names.
   const std::vector<uint16_t> gq = qh.download<uint16_t>(nq), gk = kht.download<uint16_t>(nkt),

@@ -185,6 +185,22 @@ TEST(Cuda, StressSuiteBars) {
 
 // thresh-lowrank on the awkward sweep: the same oracle and CPU agreement as every variant (there the inputs
 // are well conditioned and the GPU and CPU differ only by FP32 summation order).
+// fp16-lowrank (docs/design-fp16-projection.md): the v2.3-h16 forward and the v3.2-h16 backward (D = 128 so far)
+// against the oracle's derived tolerances and the CPU emulator of the same projection.
+TEST_P(CudaSweep, Fp16LowRankMatchesOracleAndCpu) {
+  GPROJ_REQUIRE_GPU();
+  const test::Case c = GetParam();
+  if (c.D != 128) GTEST_SKIP() << "fp16-lowrank's CUDA kernels take D = 128 so far";
+  const SweepInputs in = sweep_inputs(c, 9500);
+  const FlashParams p = test::params_for(Variant::kGproj, Projection::kFp16LowRank);
+  const VariantRun cpu = run_variant(in.s, p, in.oracle, Device::kCpu);
+  const VariantRun gpu = run_variant(in.s, p, in.oracle, Device::kCuda);
+  test::print_evidence("cuda gproj fp16-lowrank", gpu);
+  test::print_evidence("cpu gproj fp16-lowrank", cpu);
+  EXPECT_NE(gpu.bwd.kernels.find("v3.2-h16"), std::string::npos) << gpu.bwd.kernels;
+  expect_matches_oracle_and_cpu(gpu, cpu, in.ref, in.oracle, kForward | kBackward, "fp16-lowrank");
+}
+
 TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {
   GPROJ_REQUIRE_GPU();
   const test::Case c = GetParam();

@@ -251,7 +251,7 @@ TEST(Fp16LowRankForward, HeadsFarApartInScale) {
 }
 
 // What the CUDA path does not take, refused with a status that says so, before any device call (runs without a
-// GPU): D = 64, a forward without its statistics buffers, and the backward (not written yet).
+// GPU): D = 64, a forward without its statistics buffers, a backward without the forward's.
 TEST(Fp16LowRankForward, RefusesWhatItDoesNotTake) {
   cuda::Problem p;
   p.B = 1, p.Nq = 64, p.Nk = 64, p.H = 1, p.Hkv = 1, p.D = 128, p.softmax_scale = 0.088f;
@@ -273,10 +273,10 @@ TEST(Fp16LowRankForward, RefusesWhatItDoesNotTake) {
   EXPECT_EQ(st.code, ErrorCode::kUnsupported);
   EXPECT_NE(st.message.find("D = 128"), std::string::npos) << st.message;
   EXPECT_FALSE(cuda::forward_stats_apply(d64));
-  st = cuda::backward(p, t, t, t, t, none, tl, t, t, t, t, dummy, nullptr);
+  st = cuda::backward(p, t, t, t, t, none, tl, t, t, t, t, dummy, nullptr);  // without the forward's statistics
   EXPECT_FALSE(st.ok);
-  EXPECT_EQ(st.code, ErrorCode::kUnsupported);
-  EXPECT_NE(st.message.find("not written yet"), std::string::npos) << st.message;
+  EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message.find("forward_stats"), std::string::npos) << st.message;
 }
 
 }  // namespace

@@ -387,36 +387,60 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // fp16-lowrank's dQ post-pass (docs/design-fp16-projection.md, build step 5): dQacc is in sigma s_k units (FP16 dS
 // times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
 // 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
-// emulator's order. One thread per 4 elements of (B, Nq, H, D). (The simple form; the rank-4 post-pass of the
-// design, U in registers and 8 rows a thread, is the fast one.)
-__global__ void h16_dq_kernel(const KernelParams p) {
-  const uint32_t idx = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
-  if (idx >= static_cast<uint32_t>(p.B) * p.Nq * p.H * p.D) return;
-  const auto [b, i, h, d] = decode_bnhd(idx, p.Nq, p.H, p.D);
-  const int hk = h / (p.H / p.Hkv);
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h, row = bh * p.Nq + i;
-  float4 x = *reinterpret_cast<const float4*>(p.dq_acc + dq_acc_index(p, bh, i, d));
-  const float inv_sk = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
-  float acc[4] = {x.x * inv_sk, x.y * inv_sk, x.z * inv_sk, x.w * inv_sk};
-  const float* rec = p.fwd_stats + row * kLowRank;
-  const float s_i = rec[kStatS];
-  if (s_i > 0.0f) {
-    const float c = p.rowsum[row] / s_i;
-    const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * p.D * kLowRank;
+// emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
+// A CTA takes 64 rows of one head: each warp 8 rows, each lane 4 columns, whose 24 values of U it holds in
+// registers (v1, one thread per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k
+// under ncu, session 43 run 3). grid (ceil(Nq / 64), H, B), 256 threads, D = 128.
+constexpr int kH16DqRows = 64;
+__global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
+  constexpr int D = 128;
+  const int b = blockIdx.z, h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int warp = threadIdx.x >> 5, d = (threadIdx.x & 31) * 4;
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+  float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float back = 0.0f;  // (P K U)_i U^T, column d + e
-#pragma unroll
-      for (int t = 0; t < kTailRank; ++t) back += rec[t] * u[(d + e) * kLowRank + t];
-      acc[e] -= c * back;
-    }
+  for (int e = 0; e < 4; ++e) {
+    const float4 lo = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank);
+    const float4 hi = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank + 4);
+    uu[e][0] = lo.x, uu[e][1] = lo.y, uu[e][2] = lo.z, uu[e][3] = lo.w, uu[e][4] = hi.x, uu[e][5] = hi.y;
   }
+  const float inv_sk = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
   // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
   const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
                                              p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
-  store_bf16_vec<4>(p.dq + idx, {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale),
-                                 p.scale * (acc[2] * unscale), p.scale * (acc[3] * unscale)});
+  const int i0 = blockIdx.x * kH16DqRows + warp * 8;
+#pragma unroll 2
+  for (int r = 0; r < 8; ++r) {
+    const int i = i0 + r;
+    if (i >= p.Nq) break;
+    const int64_t row = bh * p.Nq + i;
+    const float4 x = *reinterpret_cast<const float4*>(p.dq_acc + dq_acc_index(p, bh, i, d));
+    const float4 ra = *reinterpret_cast<const float4*>(p.fwd_stats + row * kLowRank);
+    const float4 rb = *reinterpret_cast<const float4*>(p.fwd_stats + row * kLowRank + 4);
+    const float rec[kTailRank] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y};
+    const float s_i = rb.z, r_i = p.rowsum[row];  // (kStatS = 6)
+    float acc[4] = {x.x * inv_sk, x.y * inv_sk, x.z * inv_sk, x.w * inv_sk};
+    if (s_i > 0.0f) {
+      const float c = r_i / s_i;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float back = 0.0f;  // (P K U)_i U^T, column d + e
+#pragma unroll
+        for (int t = 0; t < kTailRank; ++t) back += rec[t] * uu[e][t];
+        acc[e] -= c * back;
+      }
+    }
+    store_bf16_vec<4>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d,
+                      {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
+                       p.scale * (acc[3] * unscale)});
+    if (d == 0) {
+      p.rowsum[row] = r_i * unscale;
+      p.psum[row] = s_i;
+    }
+  }
 }
+static_assert(kStatS == 6 && kTailRank == 6, "h16_dq_kernel reads the record as columns 0-5 and s_i at 6");
 
 // dK = bf16(scale sum_g dKacc), dV = bf16(sum_g dVacc) over the query heads g of a kv head, in head order; one
 // thread per 4 elements. kSuffix (thresh-lowrank without causal masking): each head's dKacc first loses its uniform

@@ -189,7 +189,8 @@ BackwardResult backward_from_host(const TensorView<const bf16>& q, const TensorV
   std::vector<float> head(3 * stride);
   check_cuda(cudaMemcpy(head.data(), ws.get(), head.size() * 4, cudaMemcpyDeviceToHost), "diagnostics");
   const Projection proj = effective_projection(params);
-  const bool projected = proj == Projection::kPWeighted || proj == Projection::kThreshLowRank;
+  const bool projected =
+      proj == Projection::kPWeighted || proj == Projection::kThreshLowRank || proj == Projection::kFp16LowRank;
   double before = 0, after = 0;
   for (size_t i = 0; i < rows; ++i) {
     r.delta.values[i] = head[i];

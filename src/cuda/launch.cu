@@ -476,6 +476,7 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
   Workspace w{line_words(rows), static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16 * 16) * p.D),
               keep_dk ? kv : 0, keep_dv ? kv : 0};
   if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
+  if (effective_projection(p.params) == Projection::kFp16LowRank) w.pk = head_words(p);  // max |dO_i| per head
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
     w.pk = line_words(static_cast<size_t>(p.B * p.H * p.D));
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
@@ -1083,11 +1084,12 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   float* ws = static_cast<float*>(workspace);
   kp.delta = ws;
   kp.rowsum = ws + w.row;
-  kp.dmax_bits = reinterpret_cast<unsigned int*>(ws + 2 * w.row);  // (psum's region: B H words of it)
+  kp.psum = ws + 2 * w.row;  // s_i, written by the dQ post-pass for the audit
   kp.dq_acc = ws + 3 * w.row;
   kp.dq_tiled = 1;
-  kp.dk_acc = w.dk != 0 ? kp.dq_acc + w.q : nullptr;
-  kp.dv_acc = w.dv != 0 ? kp.dq_acc + w.q + w.dk : nullptr;
+  kp.dmax_bits = reinterpret_cast<unsigned int*>(kp.dq_acc + w.q);  // (pk's place: layout() gives it B H words)
+  kp.dk_acc = w.dk != 0 ? kp.dq_acc + w.q + w.pk : nullptr;
+  kp.dv_acc = w.dv != 0 ? kp.dq_acc + w.q + w.pk + w.dk : nullptr;
   kp.dkv_direct = dkv_direct;
   kp.dq = static_cast<__nv_bfloat16*>(dq.data);
   kp.dk = static_cast<__nv_bfloat16*>(dk.data);
@@ -1096,7 +1098,7 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   kp.u = parts.u;
   kp.fp16_scales = parts.scales;
   kp.o16 = static_cast<const __half*>(parts.o16);
-  if (cudaMemsetAsync(workspace, 0, sizeof(float) * (3 * w.row + w.q), st) != cudaSuccess) {
+  if (cudaMemsetAsync(workspace, 0, sizeof(float) * (3 * w.row + w.q + w.pk), st) != cudaSuccess) {
     return last_error("workspace memset");
   }
   const int64_t rows = p.B * p.H * p.Nq;
@@ -1112,8 +1114,8 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
                          st, "backward main, wgmma, fp16-lowrank", kp, maps);
   if (!s.ok) return s;
   constexpr int kPost = 256;
-  const int64_t nq = p.B * p.Nq * p.H * p.D / 4, nk = p.B * p.Nk * p.Hkv * p.D / 4;
-  detail::h16_dq_kernel<<<static_cast<unsigned>((nq + kPost - 1) / kPost), kPost, 0, st>>>(kp);
+  const int64_t nk = p.B * p.Nk * p.Hkv * p.D / 4;
+  detail::h16_dq_kernel<<<dim3((p.Nq + detail::kH16DqRows - 1) / detail::kH16DqRows, p.H, p.B), 256, 0, st>>>(kp);
   if (Status e = last_error("backward dQ post-pass (fp16-lowrank)"); !e.ok) return e;
   *kernels = "backward v3.2-h16 (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of ones, "
              "rank-6 dQ projection)";

@@ -390,7 +390,8 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
 // A CTA takes 64 rows of one head: each warp 8 rows, each lane 4 columns, whose 24 values of U it holds in
 // registers (v1, one thread per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k
-// under ncu, session 43 run 3). grid (ceil(Nq / 64), H, B), 256 threads, D = 128.
+// under ncu, session 43 run 3; v2: 123 us against baseline's 60, run 4; v2.1: the rows' addresses formed once a
+// warp). grid (ceil(Nq / 64), H, B), 256 threads, D = 128; needs dq_tiled (v3.2's dQacc tiles).
 constexpr int kH16DqRows = 64;
 __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   constexpr int D = 128;
@@ -410,14 +411,18 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
                                              p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
   const int i0 = blockIdx.x * kH16DqRows + warp * 8;
+  // dQacc's v3.15 tiles (the v3.2 main kernel's): the warp's 8 rows lie in one tile per 64 columns
+  const float* tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
+  const float* rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
+  __nv_bfloat16* out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
 #pragma unroll 2
   for (int r = 0; r < 8; ++r) {
     const int i = i0 + r;
     if (i >= p.Nq) break;
     const int64_t row = bh * p.Nq + i;
-    const float4 x = *reinterpret_cast<const float4*>(p.dq_acc + dq_acc_index(p, bh, i, d));
-    const float4 ra = *reinterpret_cast<const float4*>(p.fwd_stats + row * kLowRank);
-    const float4 rb = *reinterpret_cast<const float4*>(p.fwd_stats + row * kLowRank + 4);
+    const float4 x = *reinterpret_cast<const float4*>(tile + dq_tile_word(i & 15, d & 63));
+    const float4 ra = *reinterpret_cast<const float4*>(rec_base + r * kLowRank);
+    const float4 rb = *reinterpret_cast<const float4*>(rec_base + r * kLowRank + 4);
     const float rec[kTailRank] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y};
     const float s_i = rb.z, r_i = p.rowsum[row];  // (kStatS = 6)
     float acc[4] = {x.x * inv_sk, x.y * inv_sk, x.z * inv_sk, x.w * inv_sk};
@@ -431,7 +436,7 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
         acc[e] -= c * back;
       }
     }
-    store_bf16_vec<4>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d,
+    store_bf16_vec<4>(out + static_cast<int64_t>(r) * p.H * D,
                       {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
                        p.scale * (acc[3] * unscale)});
     if (d == 0) {

@@ -548,7 +548,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (ltid < BQ) {
         Ls[ltid] = next_l;
         Dls[ltid] = next_dl;
-        if constexpr (kH16) sIl[wg * BQ + ltid] = next_il;
+        if constexpr (kH16) {
+          Dls[ltid] = next_dl * h16_sigma;  // delta sigma (exact)
+          sIl[wg * BQ + ltid] = next_il;
+        }
         if constexpr (kDkComp) {  // row ltid's 8 values into column ltid of the warpgroup's (Q U_q)^T tile
           const bf16_t* v = reinterpret_cast<const bf16_t*>(&next_qu);
 #pragma unroll
@@ -641,13 +644,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           pv[e] = x;
           if constexpr (!kH16) dsv[e] = x * (dp[4 * n + e] - dl);
         }
-        if constexpr (kH16) {  // P = fp16(P^) / l, then sigma dS rounded to FP16 below
+        if constexpr (kH16) {  // P = fp16(P^) / l, sigma dS = P (dP sigma - delta sigma) (Dls holds delta sigma): the
+                               // emulator's round_fp16(sigma (P (dP - delta))) bit for bit, sigma a power of two
           const float2 il = *reinterpret_cast<const float2*>(sIl + wg * BQ + ql0);
           const float2 ra = __half22float2(__floats2half2_rn(pv[0], pv[1]));
           const float2 rb = __half22float2(__floats2half2_rn(pv[2], pv[3]));
           pv[0] = ra.x * il.x, pv[1] = ra.y * il.y, pv[2] = rb.x * il.x, pv[3] = rb.y * il.y;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dsv[e] = pv[e] * (dp[4 * n + e] - ((e & 1) ? D2.y : D2.x)) * h16_sigma;
+          for (int e = 0; e < 4; ++e) dsv[e] = pv[e] * fmaf(dp[4 * n + e], h16_sigma, -((e & 1) ? D2.y : D2.x));
         }
         pf[n >> 1][(n & 1) * 2] = pack_bf16(pv[0], pv[1]);
         pf[n >> 1][(n & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);

@@ -816,7 +816,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         // kFwdStats with v3.2: warpgroup w takes its own keys' steps (4 w ..) first, so that steps 0-3 are the n72
         // ones in both warpgroups: the shape of every step is then known at compile time (a runtime choice between
         // n72 and n64 made ptxas serialise all wgmmas of the kernel: C7520, backward +20%).
-        const int kin = kR && kSplit ? (t + 4 * wg) & 7 : t;
+        // (kH16: from wg_u, so that kin and the descriptors formed from it stay in uniform registers: with wg, each
+        // step formed its two descriptors in vector registers and moved them over with four R2UR, session 43)
+        const int kin = kR && kSplit ? (t + 4 * (kH16 ? wg_u : wg)) & 7 : t;
         const bf16_t* a = kSplit ? sdS_it + (kin >> 2) * BQ * 64 + (kin & 3) * 16 : sdS_it + wg * BQ * 64 + kin * 16;
         const bf16_t* bk = kSplit ? sK + nb * BK * 64 + kin * 16 * 64 : kw(nb) + kin * 16 * 64;
         if constexpr (kH16) {  // B = Kh^T K-major: column block kin / 4, keys 16 (kin % 4) .. of each row

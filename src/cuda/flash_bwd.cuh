@@ -391,7 +391,8 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // A CTA takes 64 rows of one head: each warp 8 rows, each lane 4 columns, whose 24 values of U it holds in
 // registers (v1, one thread per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k
 // under ncu, session 43 run 3; v2: 123 us against baseline's 60, run 4; v2.1: the rows' addresses formed once a
-// warp). grid (ceil(Nq / 64), H, B), 256 threads, D = 128; needs dq_tiled (v3.2's dQacc tiles).
+// warp, 142 us, run 5; v2.2: the 8 rows' loads first, 162 registers). grid (ceil(Nq / 64), H, B), 256 threads,
+// D = 128; needs dq_tiled (v3.2's dQacc tiles).
 constexpr int kH16DqRows = 64;
 __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   constexpr int D = 128;
@@ -412,20 +413,30 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
                                              p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
   const int i0 = blockIdx.x * kH16DqRows + warp * 8;
   // dQacc's v3.15 tiles (the v3.2 main kernel's): the warp's 8 rows lie in one tile per 64 columns
-  const float* tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
-  const float* rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
-  __nv_bfloat16* out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
-#pragma unroll 2
+  const float* __restrict__ tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
+  const float* __restrict__ rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
+  const float* __restrict__ r_base = p.rowsum + bh * p.Nq + i0;
+  __nv_bfloat16* __restrict__ out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
+  // v2.2: every load of the 8 rows first (v2.1 loaded each row after the previous row's stores, which may alias
+  // them: 8 round trips a thread, 142 us at N = 4k under ncu, run 5)
+  const int rows = min(8, p.Nq - i0);
+  float4 x[8], ra[8], rb[8];
+  float rr[8];
+#pragma unroll
   for (int r = 0; r < 8; ++r) {
-    const int i = i0 + r;
-    if (i >= p.Nq) break;
-    const int64_t row = bh * p.Nq + i;
-    const float4 x = *reinterpret_cast<const float4*>(tile + dq_tile_word(i & 15, d & 63));
-    const float4 ra = *reinterpret_cast<const float4*>(rec_base + r * kLowRank);
-    const float4 rb = *reinterpret_cast<const float4*>(rec_base + r * kLowRank + 4);
-    const float rec[kTailRank] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y};
-    const float s_i = rb.z, r_i = p.rowsum[row];  // (kStatS = 6)
-    float acc[4] = {x.x * inv_sk, x.y * inv_sk, x.z * inv_sk, x.w * inv_sk};
+    if (r < rows) {
+      x[r] = *reinterpret_cast<const float4*>(tile + dq_tile_word((i0 + r) & 15, d & 63));
+      ra[r] = *reinterpret_cast<const float4*>(rec_base + r * kLowRank);
+      rb[r] = *reinterpret_cast<const float4*>(rec_base + r * kLowRank + 4);
+      rr[r] = r_base[r];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    if (r >= rows) break;
+    const float rec[kTailRank] = {ra[r].x, ra[r].y, ra[r].z, ra[r].w, rb[r].x, rb[r].y};
+    const float s_i = rb[r].z, r_i = rr[r];  // (kStatS = 6)
+    float acc[4] = {x[r].x * inv_sk, x[r].y * inv_sk, x[r].z * inv_sk, x[r].w * inv_sk};
     if (s_i > 0.0f) {
       const float c = r_i / s_i;
 #pragma unroll
@@ -440,8 +451,8 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
                       {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
                        p.scale * (acc[3] * unscale)});
     if (d == 0) {
-      p.rowsum[row] = r_i * unscale;
-      p.psum[row] = s_i;
+      p.rowsum[bh * p.Nq + i0 + r] = r_i * unscale;
+      p.psum[bh * p.Nq + i0 + r] = s_i;
     }
   }
 }

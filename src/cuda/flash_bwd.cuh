@@ -391,26 +391,14 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // A CTA takes 64 rows of one head: each warp 8 rows, each lane 4 columns, whose 24 values of U it holds in
 // registers (v1, one thread per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k
 // under ncu, session 43 run 3; v2: 123 us against baseline's 60, run 4; v2.1: the rows' addresses formed once a
-// warp, 142 us, run 5; v2.2: the 8 rows' loads first, 162 registers). grid (ceil(Nq / 64), H, B), 256 threads,
-// D = 128; needs dq_tiled (v3.2's dQacc tiles).
+// warp, 142 us, run 5; v2.2: the 8 rows' loads first, 139 us, run 7; v2.3: and before the head's scalars).
+// grid (ceil(Nq / 64), H, B), 256 threads, D = 128; needs dq_tiled (v3.2's dQacc tiles).
 constexpr int kH16DqRows = 64;
 __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   constexpr int D = 128;
-  const int b = blockIdx.z, h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int b = blockIdx.z, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, d = (threadIdx.x & 31) * 4;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
-  float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float4 lo = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank);
-    const float4 hi = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank + 4);
-    uu[e][0] = lo.x, uu[e][1] = lo.y, uu[e][2] = lo.z, uu[e][3] = lo.w, uu[e][4] = hi.x, uu[e][5] = hi.y;
-  }
-  const float inv_sk = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
-  // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
-  const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
-                                             p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
   const int i0 = blockIdx.x * kH16DqRows + warp * 8;
   // dQacc's v3.15 tiles (the v3.2 main kernel's): the warp's 8 rows lie in one tile per 64 columns
   const float* __restrict__ tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
@@ -418,7 +406,8 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   const float* __restrict__ r_base = p.rowsum + bh * p.Nq + i0;
   __nv_bfloat16* __restrict__ out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
   // v2.2: every load of the 8 rows first (v2.1 loaded each row after the previous row's stores, which may alias
-  // them: 8 round trips a thread, 142 us at N = 4k under ncu, run 5)
+  // them: 8 round trips a thread, 142 us at N = 4k under ncu, run 5); v2.3: before the head's scalars (v2.2 issued
+  // them after the chain s_k -> 1 / s_k, dmax -> sigma, whose branches kept the rows' loads behind two round trips)
   const int rows = min(8, p.Nq - i0);
   float4 x[8], ra[8], rb[8];
   float rr[8];
@@ -431,6 +420,19 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
       rr[r] = r_base[r];
     }
   }
+  const int hk = h / (p.H / p.Hkv);
+  const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
+  float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float4 lo = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank);
+    const float4 hi = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank + 4);
+    uu[e][0] = lo.x, uu[e][1] = lo.y, uu[e][2] = lo.z, uu[e][3] = lo.w, uu[e][4] = hi.x, uu[e][5] = hi.y;
+  }
+  const float inv_sk = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
+  // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
+  const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
+                                             p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
     if (r >= rows) break;

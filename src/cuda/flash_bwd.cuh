@@ -388,18 +388,20 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
 // 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
 // emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
-// A CTA takes 64 rows of one head: each warp 8 rows, each lane 4 columns, whose 24 values of U it holds in
-// registers (v1, one thread per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k
-// under ncu, session 43 run 3; v2: 123 us against baseline's 60, run 4; v2.1: the rows' addresses formed once a
-// warp, 142 us, run 5; v2.2: the 8 rows' loads first, 139 us, run 7; v2.3: and before the head's scalars).
-// grid (ceil(Nq / 64), H, B), 256 threads, D = 128; needs dq_tiled (v3.2's dQacc tiles).
-constexpr int kH16DqRows = 64;
+// A CTA takes 8 rows of 8 heads: each warp one head's 8 rows, each lane 4 columns, whose 24 values of U it holds in
+// registers, so that the CTA writes 8 heads' 2 KB of each row together (dQ's (B, N, H, D) layout). (v1, one thread
+// per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k under ncu, session 43 run 3;
+// v2-v2.3, a CTA over 64 rows of one head, its rows' 256-byte pieces 4 KB apart in dQ: 123-142 us against baseline's
+// 60, runs 4-8, whatever the order of its loads.) grid (ceil(Nq / 8), ceil(H / 8), B), 256 threads, D = 128; needs
+// dq_tiled (v3.2's dQacc tiles).
+constexpr int kH16DqRows = 8, kH16DqHeads = 8;
 __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   constexpr int D = 128;
-  const int b = blockIdx.z, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, d = (threadIdx.x & 31) * 4;
+  const int b = blockIdx.z, h = blockIdx.y * 8 + warp;
+  if (h >= p.H) return;  // (warp-uniform; no barrier below)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int i0 = blockIdx.x * kH16DqRows + warp * 8;
+  const int i0 = blockIdx.x * 8;
   // dQacc's v3.15 tiles (the v3.2 main kernel's): the warp's 8 rows lie in one tile per 64 columns
   const float* __restrict__ tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
   const float* __restrict__ rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;

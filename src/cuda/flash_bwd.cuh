@@ -388,20 +388,22 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
 // 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
 // emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
-// A CTA takes 8 rows of 8 heads: each warp one head's 8 rows, each lane 4 columns, whose 24 values of U it holds in
-// registers, so that the CTA writes 8 heads' 2 KB of each row together (dQ's (B, N, H, D) layout). (v1, one thread
+// A CTA takes kH16DqRows rows of 8 heads: each warp one head's rows, each lane 4 columns, whose 24 values of U it
+// holds in registers, so that the CTA writes 8 heads' 2 KB of each row together (dQ's (B, N, H, D) layout). (v1, one thread
 // per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k under ncu, session 43 run 3;
 // v2-v2.3, a CTA over 64 rows of one head, its rows' 256-byte pieces 4 KB apart in dQ: 123-142 us against baseline's
-// 60, runs 4-8, whatever the order of its loads.) grid (ceil(Nq / 8), ceil(H / 8), B), 256 threads, D = 128; needs
-// dq_tiled (v3.2's dQacc tiles).
-constexpr int kH16DqRows = 8, kH16DqHeads = 8;
-__global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
+// 60, runs 4-8, whatever the order of its loads.) grid (ceil(Nq / kH16DqRows), ceil(H / 8), B), 256 threads, D =
+// 128; needs dq_tiled (v3.2's dQacc tiles).
+// v3.1: 2 rows a warp (v3 took 8, loaded first: 150 registers, one CTA an SM, 12.5% occupancy, DRAM at 30% of
+// its peak, 140 us; ncu, run 10), at most 64 registers for four CTAs an SM.
+constexpr int kH16DqRows = 2, kH16DqHeads = 8;
+__global__ void __launch_bounds__(256, 4) h16_dq_kernel(const KernelParams p) {
   constexpr int D = 128;
   const int warp = threadIdx.x >> 5, d = (threadIdx.x & 31) * 4;
   const int b = blockIdx.z, h = blockIdx.y * 8 + warp;
   if (h >= p.H) return;  // (warp-uniform; no barrier below)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int i0 = blockIdx.x * 8;
+  const int i0 = blockIdx.x * kH16DqRows;
   // dQacc's v3.15 tiles (the v3.2 main kernel's): the warp's 8 rows lie in one tile per 64 columns
   const float* __restrict__ tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
   const float* __restrict__ rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
@@ -410,11 +412,11 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   // v2.2: every load of the 8 rows first (v2.1 loaded each row after the previous row's stores, which may alias
   // them: 8 round trips a thread, 142 us at N = 4k under ncu, run 5); v2.3: before the head's scalars (v2.2 issued
   // them after the chain s_k -> 1 / s_k, dmax -> sigma, whose branches kept the rows' loads behind two round trips)
-  const int rows = min(8, p.Nq - i0);
-  float4 x[8], ra[8], rb[8];
-  float rr[8];
+  const int rows = min(kH16DqRows, p.Nq - i0);
+  float4 x[kH16DqRows], ra[kH16DqRows], rb[kH16DqRows];
+  float rr[kH16DqRows];
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
+  for (int r = 0; r < kH16DqRows; ++r) {
     if (r < rows) {
       x[r] = *reinterpret_cast<const float4*>(tile + dq_tile_word((i0 + r) & 15, d & 63));
       ra[r] = *reinterpret_cast<const float4*>(rec_base + r * kLowRank);
@@ -436,7 +438,7 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
                                              p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
+  for (int r = 0; r < kH16DqRows; ++r) {
     if (r >= rows) break;
     const float rec[kTailRank] = {ra[r].x, ra[r].y, ra[r].z, ra[r].w, rb[r].x, rb[r].y};
     const float s_i = rb[r].z, r_i = rr[r];  // (kStatS = 6)

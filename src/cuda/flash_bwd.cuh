@@ -394,10 +394,11 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // v2-v2.3, a CTA over 64 rows of one head, its rows' 256-byte pieces 4 KB apart in dQ: 123-142 us against baseline's
 // 60, runs 4-8, whatever the order of its loads.) grid (ceil(Nq / kH16DqRows), ceil(H / 8), B), 256 threads, D =
 // 128; needs dq_tiled (v3.2's dQacc tiles).
-// v3.1: 2 rows a warp (v3 took 8, loaded first: 150 registers, one CTA an SM, 12.5% occupancy, DRAM at 30% of
-// its peak, 140 us; ncu, run 10), at most 64 registers for four CTAs an SM.
-constexpr int kH16DqRows = 2, kH16DqHeads = 8;
-__global__ void __launch_bounds__(256, 4) h16_dq_kernel(const KernelParams p) {
+// 8 rows a warp, loaded first: 150 registers, one CTA an SM, 12.5% occupancy, DRAM at 30% of its peak, 140 us (ncu,
+// run 10). v3.1, 2 rows a warp in 64 registers (four CTAs an SM), took 222 us (run 11: each warp loads U's 24 values
+// for 2 rows instead of 8): reverted. Next: U in shared memory per CTA, a row a thread group, baseline's occupancy.
+constexpr int kH16DqRows = 8, kH16DqHeads = 8;
+__global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   constexpr int D = 128;
   const int warp = threadIdx.x >> 5, d = (threadIdx.x & 31) * 4;
   const int b = blockIdx.z, h = blockIdx.y * 8 + warp;

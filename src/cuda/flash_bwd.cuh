@@ -413,12 +413,16 @@ __global__ void __launch_bounds__(512) h16_dq_kernel(const KernelParams p) {
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   for (int e = threadIdx.x; e < D * kTailRank; e += blockDim.x) su[e] = u[(e / kTailRank) * kLowRank + e % kTailRank];
-  const float inv_sk = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
-  // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
-  const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
-                                             p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
+  __shared__ float head[2];  // 1 / s_k and 1 / sigma, formed once a CTA (v4.1: by every thread in v4, 212 us)
+  if (threadIdx.x == 0) {
+    head[0] = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
+    // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
+    head[1] = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
+                                   p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
+  }
   __syncthreads();
   if (!in) return;
+  const float inv_sk = head[0], unscale = head[1];
   const float rec[kTailRank] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y};
   const float s_i = rb.z;  // (kStatS = 6)
   float acc[4] = {x.x * inv_sk, x.y * inv_sk, x.z * inv_sk, x.w * inv_sk};

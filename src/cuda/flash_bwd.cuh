@@ -388,66 +388,80 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
 // 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
 // emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
-// v4: a CTA takes 16 rows of one head, a warp a row, a lane 4 columns; the head's U (columns 0-5) is staged in shared
-// memory once a CTA, so that a thread holds few registers and the SMs many warps (baseline's post-pass: 16 registers,
-// 81% occupancy, 61 us at D = 128, N = 4k). Before (ncu, session 43 runs 3-11): v1, a thread per 4 elements
-// re-reading U and the record from global memory, 1058 us; v2-v3, a warp over 8 rows with U in registers, 123-142 us
-// (74 registers and the rows one after another, or 150 with them loaded first: one CTA an SM, DRAM at 30%); v3.1,
-// 2 rows a warp, 222 us. grid (ceil(Nq / 16), H, B), 512 threads, D = 128; needs dq_tiled (v3.2's dQacc tiles).
-constexpr int kH16DqRows = 16;
-__global__ void __launch_bounds__(512) h16_dq_kernel(const KernelParams p) {
+// A CTA takes kH16DqRows rows of 8 heads: each warp one head's rows, each lane 4 columns, whose 24 values of U it
+// holds in registers, so that the CTA writes 8 heads' 2 KB of each row together (dQ's (B, N, H, D) layout). (v1, one thread
+// per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k under ncu, session 43 run 3;
+// v2-v2.3, a CTA over 64 rows of one head, its rows' 256-byte pieces 4 KB apart in dQ: 123-142 us against baseline's
+// 60, runs 4-8, whatever the order of its loads.) grid (ceil(Nq / kH16DqRows), ceil(H / 8), B), 256 threads, D =
+// 128; needs dq_tiled (v3.2's dQacc tiles).
+// 8 rows a warp, loaded first: 150 registers, one CTA an SM, 12.5% occupancy, DRAM at 30% of its peak, 140 us (ncu,
+// run 10). v3.1, 2 rows a warp in 64 registers (four CTAs an SM), took 222 us (run 11); v4 / v4.1, a warp a row with
+// U staged in shared memory (54 registers, 16 rows of one head a CTA), 212 us (runs 12-13): both reverted. Why this
+// kernel takes twice its bytes' time is open (docs/perf-notes.md, session 43).
+constexpr int kH16DqRows = 8, kH16DqHeads = 8;
+__global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   constexpr int D = 128;
-  __shared__ __align__(16) float su[D * kTailRank];  // U's row d at 6 d
   const int warp = threadIdx.x >> 5, d = (threadIdx.x & 31) * 4;
-  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kH16DqRows + warp;
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h, row = bh * p.Nq + i;
-  const bool in = i < p.Nq;
-  float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f), ra = x, rb = x;
-  float r_i = 0.0f;
-  if (in) {  // the row's loads first
-    x = *reinterpret_cast<const float4*>(p.dq_acc + dq_acc_tiled_index(p, bh, i, d));
-    ra = *reinterpret_cast<const float4*>(p.fwd_stats + row * kLowRank);
-    rb = *reinterpret_cast<const float4*>(p.fwd_stats + row * kLowRank + 4);
-    r_i = p.rowsum[row];
+  const int b = blockIdx.z, h = blockIdx.y * 8 + warp;
+  if (h >= p.H) return;  // (warp-uniform; no barrier below)
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const int i0 = blockIdx.x * kH16DqRows;
+  // dQacc's v3.15 tiles (the v3.2 main kernel's): the warp's 8 rows lie in one tile per 64 columns
+  const float* __restrict__ tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
+  const float* __restrict__ rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
+  const float* __restrict__ r_base = p.rowsum + bh * p.Nq + i0;
+  __nv_bfloat16* __restrict__ out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
+  // v2.2: every load of the 8 rows first (v2.1 loaded each row after the previous row's stores, which may alias
+  // them: 8 round trips a thread, 142 us at N = 4k under ncu, run 5); v2.3: before the head's scalars (v2.2 issued
+  // them after the chain s_k -> 1 / s_k, dmax -> sigma, whose branches kept the rows' loads behind two round trips)
+  const int rows = min(kH16DqRows, p.Nq - i0);
+  float4 x[kH16DqRows], ra[kH16DqRows], rb[kH16DqRows];
+  float rr[kH16DqRows];
+#pragma unroll
+  for (int r = 0; r < kH16DqRows; ++r) {
+    if (r < rows) {
+      x[r] = *reinterpret_cast<const float4*>(tile + dq_tile_word((i0 + r) & 15, d & 63));
+      ra[r] = *reinterpret_cast<const float4*>(rec_base + r * kLowRank);
+      rb[r] = *reinterpret_cast<const float4*>(rec_base + r * kLowRank + 4);
+      rr[r] = r_base[r];
+    }
   }
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
-  for (int e = threadIdx.x; e < D * kTailRank; e += blockDim.x) su[e] = u[(e / kTailRank) * kLowRank + e % kTailRank];
-  __shared__ float head[2];  // 1 / s_k and 1 / sigma, formed once a CTA (v4.1: by every thread in v4, 212 us)
-  if (threadIdx.x == 0) {
-    head[0] = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
-    // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
-    head[1] = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
-                                   p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
+  float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float4 lo = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank);
+    const float4 hi = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank + 4);
+    uu[e][0] = lo.x, uu[e][1] = lo.y, uu[e][2] = lo.z, uu[e][3] = lo.w, uu[e][4] = hi.x, uu[e][5] = hi.y;
   }
-  __syncthreads();
-  if (!in) return;
-  const float inv_sk = head[0], unscale = head[1];
-  const float rec[kTailRank] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y};
-  const float s_i = rb.z;  // (kStatS = 6)
-  float acc[4] = {x.x * inv_sk, x.y * inv_sk, x.z * inv_sk, x.w * inv_sk};
-  if (s_i > 0.0f) {
-    const float c = r_i / s_i;
-    float uu[4 * kTailRank];  // U's rows d .. d + 3: 24 consecutive floats
+  const float inv_sk = 1.0f / p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
+  // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
+  const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
+                                             p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
 #pragma unroll
-    for (int q = 0; q < kTailRank; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(su + d * kTailRank + 4 * q);
-      uu[4 * q] = v.x, uu[4 * q + 1] = v.y, uu[4 * q + 2] = v.z, uu[4 * q + 3] = v.w;
+  for (int r = 0; r < kH16DqRows; ++r) {
+    if (r >= rows) break;
+    const float rec[kTailRank] = {ra[r].x, ra[r].y, ra[r].z, ra[r].w, rb[r].x, rb[r].y};
+    const float s_i = rb[r].z, r_i = rr[r];  // (kStatS = 6)
+    float acc[4] = {x[r].x * inv_sk, x[r].y * inv_sk, x[r].z * inv_sk, x[r].w * inv_sk};
+    if (s_i > 0.0f) {
+      const float c = r_i / s_i;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float back = 0.0f;  // (P K U)_i U^T, column d + e
+#pragma unroll
+        for (int t = 0; t < kTailRank; ++t) back += rec[t] * uu[e][t];
+        acc[e] -= c * back;
+      }
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float back = 0.0f;  // (P K U)_i U^T, column d + e
-#pragma unroll
-      for (int t = 0; t < kTailRank; ++t) back += rec[t] * uu[e * kTailRank + t];
-      acc[e] -= c * back;
+    store_bf16_vec<4>(out + static_cast<int64_t>(r) * p.H * D,
+                      {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
+                       p.scale * (acc[3] * unscale)});
+    if (d == 0) {
+      p.rowsum[bh * p.Nq + i0 + r] = r_i * unscale;
+      p.psum[bh * p.Nq + i0 + r] = s_i;
     }
-  }
-  store_bf16_vec<4>(p.dq + ((static_cast<int64_t>(b) * p.Nq + i) * p.H + h) * D + d,
-                    {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
-                     p.scale * (acc[3] * unscale)});
-  if (d == 0) {
-    p.rowsum[row] = r_i * unscale;
-    p.psum[row] = s_i;
   }
 }
 static_assert(kStatS == 6 && kTailRank == 6, "h16_dq_kernel reads the record as columns 0-5 and s_i at 6");

@@ -1115,8 +1115,9 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   if (!s.ok) return s;
   constexpr int kPost = 256;
   const int64_t nk = p.B * p.Nk * p.Hkv * p.D / 4;
-  detail::h16_dq_kernel<<<dim3((p.Nq + detail::kH16DqRows - 1) / detail::kH16DqRows, p.H, p.B), 32 * detail::kH16DqRows,
-                          0, st>>>(kp);
+  detail::h16_dq_kernel<<<dim3((p.Nq + detail::kH16DqRows - 1) / detail::kH16DqRows,
+                               (p.H + detail::kH16DqHeads - 1) / detail::kH16DqHeads, p.B),
+                          256, 0, st>>>(kp);
   if (Status e = last_error("backward dQ post-pass (fp16-lowrank)"); !e.ok) return e;
   *kernels = "backward v3.2-h16 (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of ones, "
              "rank-6 dQ projection)";

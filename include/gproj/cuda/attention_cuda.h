@@ -75,10 +75,10 @@ bool forward_stats_apply(const Problem& p);
 size_t forward_stats_bytes(const Problem& p);
 size_t forward_workspace_bytes(const Problem& p);
 // Where forward() put the parts of Problem::forward_stats `stats` (a problem where forward_stats_apply holds):
-// records, (B, H, Nq, 8) FP32, row (b H + h) Nq + i: P (K U) / l in columns 0-5 and s_i (P 1 / l) in column 6 (fp16-lowrank:
-// from its FP16 P^), column 7 zero; u, (B, Hkv, D, 8) FP32, K's basis (columns 0-5 used). fp16-lowrank only,
-// else null: scales, qh, kht as convert_fp16_copies writes them; o16, (B, Nq, H, D) FP16, fp16(O s_v) with v's
-// head scale s_v (the backward's delta reads it).
+// records, (B, H, Nq, 8) FP32, row (b H + h) Nq + i: P (K U) / l in columns 0-5 and s_i (P 1 / l) in column 6
+// (fp16-lowrank: from its FP16 P^), column 7 zero; u, (B, Hkv, D, 8) FP32, K's basis (columns 0-5 used).
+// fp16-lowrank only, else null: scales, qh, kht as convert_fp16_copies writes them; o16, (B, Nq, H, D) FP16,
+// fp16(O s_v) with v's head scale s_v (the backward's delta reads it).
 struct ForwardStatsParts {
   float* records = nullptr;
   float* u = nullptr;
@@ -128,8 +128,8 @@ Status backward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, 
 // rounded up to a multiple of 8 keys, the keys past Nk zero, so that every row starts on 16 bytes), vh (B, Nk, Hkv,
 // D), and scales, fp16_scale_count(p) floats: q's heads (b H + h), then k's (B H + b Hkv + hk), then v's (B H + B
 // Hkv + b Hkv + hk), then (not a scale) each v head's largest row norm max_j |V_j| (B H + 2 B Hkv + b Hkv + hk), the
-// bound fp16-lowrank's backward scales dS by. workspace: fp16_scale_count(p) 4-byte words. D a multiple of 64; q, k, v with 16-byte aligned
-// rows (rows_aligned); p's variant is not read.
+// bound fp16-lowrank's backward scales dS by. workspace: fp16_scale_count(p) 4-byte words. D a multiple of 64; q,
+// k, v with 16-byte aligned rows (rows_aligned); p's variant is not read.
 size_t fp16_scale_count(const Problem& p);
 size_t fp16_kht_ld(const Problem& p);
 Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,

@@ -132,16 +132,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
         float dmax = 0.0f, vmax = 0.0f;
         for (int64_t i = 0; i < d.Nq; ++i) dmax = std::max(dmax, row_norm(&dO[i * D], D));
         for (int64_t j = 0; j < d.Nk; ++j) vmax = std::max(vmax, row_norm(&V[j * D], D));
-        const float bound = 2.0f * dmax * vmax;
-        // The exponent kept within +-126, so that sigma and 1/sigma are finite normal floats (a head whose dO and V
-        // are all but zero, bound < 2^-112, would otherwise get sigma = Inf and dS = NaN).
-        // ceil(log2 bound) exactly, from bound's exponent and mantissa (the kernels' fp16_ds_scale: std::log2 in
-        // float rounds to an integer just above a power of two); an infinite bound gives 2^-126.
-        if (bound > 0.0f) {
-          int c = 140, e = 0;
-          if (std::isfinite(bound)) c = std::frexp(bound, &e) == 0.5f ? e - 1 : e;  // bound = m 2^e, m in [0.5, 1)
-          sigma = std::ldexp(1.0f, std::clamp(14 - c, -126, 126));
-        }
+        sigma = cpu::fp16_ds_scale(dmax, vmax);  // (cpu/tile_ops.h)
         Qh = Q;
         Kh = K;
         cpu::round_fp16_head(Qh.data(), Qh.size());  // each with its own power of two (cpu/tile_ops.h)

@@ -2,6 +2,7 @@
 // BF16 rounding of rows. Exercised by tests/cpu/tile_ops_test.cc (accuracy of exp_fp32 against double).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -104,6 +105,19 @@ inline float fp16_ku_scale(float k_scale, int D) {
   int c = 0;
   while (std::ldexp(1.0, 2 * c) < D * (1.0 + 1.0 / 256) * (1.0 + 1.0 / 256)) ++c;  // 4^c >= D (1 + 2^-8)^2
   return std::fmax(std::ldexp(k_scale, -c), std::ldexp(1.0f, -126));
+}
+
+// fp16-lowrank's dS scale: sigma = 2^(14 - ceil(log2 bound)), bound = 2 dmax vmax (dmax = max_i |dO_i|, vmax = max_j
+// |V_j|, so |sigma dS_ij| <= 2^14 since |dS_ij| <= P_ij |dO_i| (|V_j| + |O_i|) <= bound). ceil(log2) exactly, from
+// the bound's exponent and mantissa (std::log2 in float rounds to an integer just above a power of two); the exponent
+// within +-126 (sigma and 1 / sigma finite normal floats; an infinite bound gives 2^-126); 1 for a zero bound. The
+// kernels' fp16_ds_scale (src/cuda/kernel_common.cuh) is the same formula.
+inline float fp16_ds_scale(float dmax, float vmax) {
+  const float bound = 2.0f * dmax * vmax;
+  if (!(bound > 0.0f)) return 1.0f;
+  int c = 140, e = 0;
+  if (std::isfinite(bound)) c = std::frexp(bound, &e) == 0.5f ? e - 1 : e;  // bound = m 2^e, m in [0.5, 1)
+  return std::ldexp(1.0f, std::clamp(14 - c, -126, 126));
 }
 
 inline float max_abs(const float* x, size_t n) {

@@ -87,5 +87,40 @@ TEST(TileOps, RoundFp16KeepsEveryHalfAndRoundsMidpointsToEven) {
   EXPECT_TRUE(std::signbit(round_fp16(-0x1.0p-30f)));  // a negative value that rounds to zero keeps its sign
 }
 
+// fp16-lowrank's dS scale: ceil(log2 bound) exact at and just above powers of two (where std::log2 in float is not),
+// sigma bound in (2^13, 2^14] (so |sigma dS| <= 2^14 for any |dS| <= bound), the exponent's clamps, a zero bound.
+TEST(TileOps, Fp16DsScaleTakesCeilLog2Exactly) {
+  for (int k = -100; k <= 100; ++k) {
+    const float p2 = std::ldexp(1.0f, k);                   // bound = 2 dmax vmax with dmax = 2^(k - 1), vmax = 1
+    EXPECT_EQ(fp16_ds_scale(p2 / 2, 1.0f), std::ldexp(1.0f, 14 - k)) << k;  // exactly 2^k: ceil is k
+    const float above = std::nextafter(p2, INFINITY);       // just above: k + 1
+    EXPECT_EQ(fp16_ds_scale(above / 2, 1.0f), std::ldexp(1.0f, 13 - k)) << k;
+    // the scaled bound lies in (2^13, 2^14]: every |sigma dS| <= 2^14, FP16's largest binades used
+    EXPECT_EQ(p2 * fp16_ds_scale(p2 / 2, 1.0f), 16384.0f) << k;
+    EXPECT_GT(above * fp16_ds_scale(above / 2, 1.0f), 8192.0f) << k;
+    EXPECT_LE(above * fp16_ds_scale(above / 2, 1.0f), 16384.0f) << k;
+  }
+  EXPECT_EQ(fp16_ds_scale(0.0f, 3.0f), 1.0f);
+  EXPECT_EQ(fp16_ds_scale(1e-20f, 1e-20f), std::ldexp(1.0f, 126));  // all but zero (2e-40): clamped at 2^126
+  EXPECT_EQ(fp16_ds_scale(1e-30f, 1e-30f), 1.0f);  // a bound that underflows to zero (dS is zero in FP32 too)
+  EXPECT_EQ(fp16_ds_scale(1e30f, 1e30f), std::ldexp(1.0f, -126));   // infinite bound: 2^-126
+}
+
+// K U's FP16 scale from K's: |K U_c| <= max |K| |U_c|_1 <= max |K| sqrt(D) (1 + 2^-8), reached by a row of equal
+// entries against a column of equal ones; K U s_ku stays below 2^15 there, and the shift is 4 at D = 64 and 128
+// (4^4 = 256 >= 128 (1 + 2^-8)^2).
+TEST(TileOps, Fp16KuScaleKeepsKUBelowTwoToFifteen) {
+  for (int D : {64, 128}) {
+    const float k_scale = fp16_head_scale(3.0f);  // max |K| = 3
+    EXPECT_EQ(fp16_ku_scale(k_scale, D), k_scale / 16) << D;
+    // U's column of equal entries 1/sqrt(D) (orthonormal), rounded to BF16 as the kernels do, against a row of 3s:
+    // |K U| = 3 sqrt(D) (1 + bf16 error), the bound's case.
+    const float u = round_bf16(1.0f / std::sqrt(static_cast<float>(D)));
+    const float ku = 3.0f * u * D;
+    EXPECT_LT(ku * fp16_ku_scale(k_scale, D), 32768.0f) << D;
+  }
+  EXPECT_EQ(fp16_ku_scale(std::ldexp(1.0f, -124), 128), std::ldexp(1.0f, -126));  // clamped to a normal float
+}
+
 }  // namespace
 }  // namespace gproj::cpu

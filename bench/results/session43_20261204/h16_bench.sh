@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Session 43, run 13 (device tool; carry [".gproj_commit", ".prebuilt"] from scripts/device_prebuild.sh at 6ceabcf):
-# the dQ post-pass v4.1: fp16-lowrank's GPU tests, the backward of baseline, gproj and gproj-h16 at the speed bar's
-# shapes (D = 128, N = 4k, 8k, 16k, causal and not), and ncu's per-kernel times of gproj-h16 at N = 4k.
+# Session 43, runs 7, 8, 9, 11, 12 and 13 (device tool; carry [".gproj_commit", ".prebuilt"] from
+# scripts/device_prebuild.sh at the commit README.md lists for each run): fp16-lowrank's GPU tests, the backward of
+# baseline, gproj and gproj-h16 at the speed bar's shapes (D = 128, N = 4k, 8k, 16k, causal and not), and ncu's
+# per-kernel times of gproj-h16 at N = 4k. The runs differ only in the dQ post-pass they were built with.
 set -uo pipefail
 out="${OUT:-/tmp/gproj-out}"
 mkdir -p "$out"
 source scripts/device_env.sh
-[ -n "$prebuilt" ] || { echo "run13: .prebuilt is not for $GPROJ_COMMIT" >&2; exit 1; }
+[ -n "$prebuilt" ] || { echo "h16_bench: .prebuilt is not for $GPROJ_COMMIT" >&2; exit 1; }
 bin=.prebuilt/bin
 timeout 200 "$bin/cuda_tests" --gtest_filter='Fp16LowRank*:*Fp16LowRankMatchesOracleAndCpu*' >"$out/cuda_tests.log" 2>&1
 echo "== cuda_tests: rc=$?; $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_tests.log" | tr '\n' ' ')"

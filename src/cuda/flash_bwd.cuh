@@ -388,44 +388,46 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
 // 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
 // emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
-// A CTA takes kH16DqRows rows of 8 heads: each warp one head's rows, each lane 4 columns, whose 24 values of U it
-// holds in registers, so that the CTA writes 8 heads' 2 KB of each row together (dQ's (B, N, H, D) layout). (v1, one thread
-// per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k under ncu, session 43 run 3;
-// v2-v2.3, a CTA over 64 rows of one head, its rows' 256-byte pieces 4 KB apart in dQ: 123-142 us against baseline's
-// 60, runs 4-8, whatever the order of its loads.) grid (ceil(Nq / kH16DqRows), ceil(H / 8), B), 256 threads, D =
-// 128; needs dq_tiled (v3.2's dQacc tiles).
-// 8 rows a warp, loaded first: 150 registers, one CTA an SM, 12.5% occupancy, DRAM at 30% of its peak, 140 us (ncu,
-// run 10). v3.1, 2 rows a warp in 64 registers (four CTAs an SM), took 222 us (run 11); v4 / v4.1, a warp a row with
-// U staged in shared memory (54 registers, 16 rows of one head a CTA), 212 us (runs 12-13): both reverted. Why this
-// kernel takes twice its bytes' time is open (docs/perf-notes.md, session 43).
-constexpr int kH16DqRows = 8, kH16DqHeads = 8;
-__global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
-  constexpr int D = 128;
-  const int warp = threadIdx.x >> 5, d = (threadIdx.x & 31) * 4;
-  const int b = blockIdx.z, h = blockIdx.y * 8 + warp;
-  if (h >= p.H) return;  // (warp-uniform; no barrier below)
+// A CTA takes kH16DqRows rows of 8 heads, each warp one head's rows, each lane 4 columns, whose 24 values of U it
+// holds in registers, so that the CTA writes 8 heads' 2 KB of each row together (dQ's (B, N, H, D) layout).
+// v5: a warp first stages its rows' records in shared memory and forms each row's c = r_i / s_i on the lane of that
+// row (one IEEE division a row, not one a lane), then runs its rows in groups of 4 with the next group's dQacc loads
+// in flight. (v1, one thread per 4 elements re-reading U and the record per element: 1058 us at D = 128, N = 4k
+// under ncu, session 43 run 3; v2-v2.3, 64 rows of one head a CTA: 123-142 us against baseline's 60; v3, 8 rows a
+// warp all loaded first, 150 registers, one CTA an SM: 140 us, run 10, ~110 instructions for each 512 bytes of
+// dQacc against baseline's ~30: the warp's set-up, 8 IEEE divisions a lane, and 2 warps a scheduler to hide them;
+// v3.1, 2 rows a warp: 222 us; v4 / v4.1, a warp a row with U in shared memory: 212 us.) grid (ceil(Nq /
+// kH16DqRows), ceil(H / 8), B), 256 threads, D = 128; needs dq_tiled (v3.2's dQacc tiles).
+constexpr int kH16DqRows = 32, kH16DqHeads = 8, kH16DqGroup = 4;
+__global__ void __launch_bounds__(256, 2) h16_dq_kernel(const KernelParams p) {
+  constexpr int D = 128, R = kH16DqRows, G = kH16DqGroup;
+  static_assert(R == 32, "one row a lane for the records and c");
+  __shared__ float4 s_rec[kH16DqHeads][R][2];  // each row's record: P (K U) / l in 0-5, s_i in 6 (kStatS)
+  __shared__ float s_c[kH16DqHeads][R];        // r_i / s_i
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, d = lane * 4;
+  const int b = blockIdx.z, h = blockIdx.y * kH16DqHeads + warp;
+  if (h >= p.H) return;  // (warp-uniform; no CTA barrier below)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const int i0 = blockIdx.x * kH16DqRows;
-  // dQacc's v3.15 tiles (the v3.2 main kernel's): the warp's 8 rows lie in one tile per 64 columns
-  const float* __restrict__ tile = p.dq_acc + dq_acc_tiled_index(p, bh, i0 & ~15, d & ~63);
+  const int i0 = blockIdx.x * R, rows = min(R, p.Nq - i0);
   const float* __restrict__ rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
-  const float* __restrict__ r_base = p.rowsum + bh * p.Nq + i0;
+  // dQacc's v3.15 tiles (the v3.2 main kernel's): 16 rows of 64 columns a tile, 4 KB
+  const int64_t groups16 = (p.Nq + 15) / 16;
+  const float* __restrict__ tiles = p.dq_acc + ((bh * groups16 + i0 / 16) * (D / 64) + (d >> 6)) * 1024;
   __nv_bfloat16* __restrict__ out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
-  // v2.2: every load of the 8 rows first (v2.1 loaded each row after the previous row's stores, which may alias
-  // them: 8 round trips a thread, 142 us at N = 4k under ncu, run 5); v2.3: before the head's scalars (v2.2 issued
-  // them after the chain s_k -> 1 / s_k, dmax -> sigma, whose branches kept the rows' loads behind two round trips)
-  const int rows = min(kH16DqRows, p.Nq - i0);
-  float4 x[kH16DqRows], ra[kH16DqRows], rb[kH16DqRows];
-  float rr[kH16DqRows];
+  auto load_x = [&](int r) {  // row r's 4 columns d .. d + 3 (zeros past the last row)
+    const float* at = tiles + (r >> 4) * (D / 64) * 1024 + dq_tile_word(r & 15, d & 63);
+    return r < rows ? *reinterpret_cast<const float4*>(at) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  };
+  float4 x[2][G];
 #pragma unroll
-  for (int r = 0; r < kH16DqRows; ++r) {
-    if (r < rows) {
-      x[r] = *reinterpret_cast<const float4*>(tile + dq_tile_word((i0 + r) & 15, d & 63));
-      ra[r] = *reinterpret_cast<const float4*>(rec_base + r * kLowRank);
-      rb[r] = *reinterpret_cast<const float4*>(rec_base + r * kLowRank + 4);
-      rr[r] = r_base[r];
-    }
+  for (int r = 0; r < G; ++r) x[0][r] = load_x(r);
+  // the records, 1 KB a warp: lane l takes float4 l and l + 32 (rows l / 2 and 16 + l / 2)
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int q = lane + 32 * k;
+    if (q / 2 < rows) s_rec[warp][q / 2][q & 1] = *reinterpret_cast<const float4*>(rec_base + q * 4);
   }
+  const float r_i = lane < rows ? p.rowsum[bh * p.Nq + i0 + lane] : 0.0f;
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5
@@ -439,29 +441,48 @@ __global__ void __launch_bounds__(256) h16_dq_kernel(const KernelParams p) {
   // out of sigma's units, sigma as the main kernel forms it (exact: a power of two)
   const float unscale = 1.0f / fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
                                              p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
+  __syncwarp();
+  if (lane < rows) {
+    const float s_i = s_rec[warp][lane][1].z;  // (kStatS = 6)
+    s_c[warp][lane] = s_i > 0.0f ? r_i / s_i : 0.0f;
+    p.rowsum[bh * p.Nq + i0 + lane] = r_i * unscale;
+    p.psum[bh * p.Nq + i0 + lane] = s_i;
+  }
+  __syncwarp();
+  auto run_group = [&](const float4(&xs)[G], int g) {
 #pragma unroll
-  for (int r = 0; r < kH16DqRows; ++r) {
-    if (r >= rows) break;
-    const float rec[kTailRank] = {ra[r].x, ra[r].y, ra[r].z, ra[r].w, rb[r].x, rb[r].y};
-    const float s_i = rb[r].z, r_i = rr[r];  // (kStatS = 6)
-    float acc[4] = {x[r].x * inv_sk, x[r].y * inv_sk, x[r].z * inv_sk, x[r].w * inv_sk};
-    if (s_i > 0.0f) {
-      const float c = r_i / s_i;
+    for (int r = 0; r < G; ++r) {
+      const int row = g * G + r;
+      if (row >= rows) break;
+      const float4 ra = s_rec[warp][row][0], rb = s_rec[warp][row][1];
+      const float rec[kTailRank] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y};
+      float acc[4] = {xs[r].x * inv_sk, xs[r].y * inv_sk, xs[r].z * inv_sk, xs[r].w * inv_sk};
+      if (rb.z > 0.0f) {  // s_i > 0 (kStatS = 6)
+        const float c = s_c[warp][row];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float back = 0.0f;  // (P K U)_i U^T, column d + e
+        for (int e = 0; e < 4; ++e) {
+          float back = 0.0f;  // (P K U)_i U^T, column d + e
 #pragma unroll
-        for (int t = 0; t < kTailRank; ++t) back += rec[t] * uu[e][t];
-        acc[e] -= c * back;
+          for (int t = 0; t < kTailRank; ++t) back += rec[t] * uu[e][t];
+          acc[e] -= c * back;
+        }
       }
+      store_bf16_vec<4>(out + static_cast<int64_t>(row) * p.H * D,
+                        {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
+                         p.scale * (acc[3] * unscale)});
     }
-    store_bf16_vec<4>(out + static_cast<int64_t>(r) * p.H * D,
-                      {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
-                       p.scale * (acc[3] * unscale)});
-    if (d == 0) {
-      p.rowsum[bh * p.Nq + i0 + r] = r_i * unscale;
-      p.psum[bh * p.Nq + i0 + r] = s_i;
-    }
+  };
+  // groups in pairs, each group's loads issued before the previous group's arithmetic (x[0] / x[1] named, not
+  // indexed by a runtime value, so that they stay in registers)
+#pragma unroll 1
+  for (int g = 0; g * G < rows; g += 2) {
+#pragma unroll
+    for (int r = 0; r < G; ++r) x[1][r] = load_x((g + 1) * G + r);
+    run_group(x[0], g);
+    if ((g + 1) * G >= rows) break;
+#pragma unroll
+    for (int r = 0; r < G; ++r) x[0][r] = load_x((g + 2) * G + r);
+    run_group(x[1], g + 1);
   }
 }
 static_assert(kStatS == 6 && kTailRank == 6, "h16_dq_kernel reads the record as columns 0-5 and s_i at 6");

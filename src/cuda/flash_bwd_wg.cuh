@@ -659,7 +659,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dsv[e] = pv[e] * fmaf(dp[4 * n + e], h16_sigma, -((e & 1) ? D2.y : D2.x));
         }
-        if (kH16 && (kAblate & 2)) {
+        if constexpr (kH16 && (kAblate & 2)) {
           pf[n >> 1][(n & 1) * 2] = *reinterpret_cast<const uint32_t*>(&h16a);
           pf[n >> 1][(n & 1) * 2 + 1] = *reinterpret_cast<const uint32_t*>(&h16b);
         } else {

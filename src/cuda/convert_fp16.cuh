@@ -1,6 +1,7 @@
-// fp16-lowrank's conversion pass (docs/design-fp16-projection.md, build step 2; its forward runs it): each head's max |x| of q, k and v, its power of two s (max |x| s in [2^14, 2^15), as the CPU emulator's
-// cpu::fp16_head_scale), then FP16 copies x s rounded to nearest even: qh as q, kht = K^T per (b, kv head) (keys
-// contiguous: the backward's K-major B for dQ and MN-major A for S^T), vh as v. Launched by launch.cu
+// fp16-lowrank's conversion pass (docs/design-fp16-projection.md, build step 2; its forward runs it): each head's
+// max |x| of q, k and v, its power of two s (max |x| s in [2^14, 2^15), as the CPU emulator's cpu::fp16_head_scale),
+// then FP16 copies x s rounded to nearest even: qh as q, kht = K^T per (b, kv head) (keys contiguous: the
+// backward's K-major B for dQ and MN-major A for S^T), vh as v. Launched by launch.cu
 // (convert_fp16_copies); exercised by tests/cuda/convert_fp16_test.cc against the CPU's round_fp16.
 #pragma once
 
@@ -21,72 +22,74 @@ struct ConvertParams {
   int B, Nq, Nk, H, Hkv, D;
 };
 
-constexpr int kConvertRows = 64, kConvertThreads = 256;
+constexpr int kConvertThreads = 256, kConvertTokens = 32;
 
 // v2 (session 43; with v1, one element per thread and a launch per tensor, the whole forward of fp16-lowrank took
-// 1.79 ms against gproj-fs's 1.28 at D = 128, N = 4k, H200): 16-byte loads and stores (the rows are 16-byte aligned: launch.cu checks), every
-// head's max of q, k and v in one launch, and max |x| on the BF16 bits as 16-bit unsigned integers (non-negative
-// floats order as their bits), NaN ignored as the CPU's fmax does.
+// 1.79 ms against gproj-fs's 1.28 at D = 128, N = 4k, H200): 16-byte loads and stores (the rows are 16-byte aligned:
+// launch.cu checks), every head's max of q, k and v in one launch, and max |x| on the BF16 bits as 16-bit unsigned
+// integers (non-negative floats order as their bits), NaN ignored as the CPU's fmax does.
+// v3 (session 44): token-major. A thread keeps one 16-byte chunk c of a token's row (heads x D, H D / 8 chunks) and
+// walks kConvertTokens tokens, so its head c / (D / 8) and scale are fixed, a CTA reads whole 512-byte pieces of
+// consecutive rows, and no index needs a division per chunk. (v2 took a CTA per 64 rows of one head, 256-byte
+// pieces 4 KB apart: the absmax 100 us for 192 MB at D = 128, N = 4k under ncu; the plain copy a 64-bit division
+// chain per chunk: 78 us for q.) A head's chunks are D / 8 consecutive lanes (D / 8 divides 32: D = 64, 128, 256).
 
-// The slot (b heads + h of tensor t: q, then k, then v) of blockIdx.y, and that tensor's view.
-struct ConvertHead {
-  Strided x;
-  int n, slot, b, h;
+// The launch shape of a token-major kernel over rows of `cpr` chunks: threads (a multiple of 32 up to
+// kConvertThreads) and the CTAs a row takes.
+struct ChunkShape {
+  int threads, blocks;
 };
-__device__ __forceinline__ ConvertHead convert_head(const ConvertParams& p, int y) {
-  const int nq = p.B * p.H, nk = p.B * p.Hkv;
-  if (y < nq) return {p.q, p.Nq, y, y / p.H, y % p.H};
-  const int z = y < nq + nk ? y - nq : y - nq - nk;
-  return {y < nq + nk ? p.k : p.v, p.Nk, y, z / p.Hkv, z % p.Hkv};
+inline ChunkShape chunk_shape(int cpr) {
+  const int threads = cpr >= kConvertThreads ? kConvertThreads : (cpr + 31) / 32 * 32;
+  return {threads, (cpr + threads - 1) / threads};
 }
 
-// maxbits[slot] = max |x| over the head's rows [64 blockIdx.x, +64) as float bits (an atomic max), for every slot
-// blockIdx.y of q, k and v; grid (ceil(max(Nq, Nk) / 64), B H + 2 B Hkv).
+// maxbits[slot] = max |x| of each head (an atomic max over the CTAs), for q, k and v: grid (chunk_shape(heads D /
+// 8).blocks, ceil(max(Nq, Nk) / kConvertTokens), 3 B), blockIdx.z = tensor * B + b (0 q, 1 k, 2 v).
 __global__ void __launch_bounds__(kConvertThreads) fp16_absmax_kernel(const ConvertParams p) {
-  const ConvertHead t = convert_head(p, blockIdx.y);
-  const int n0 = blockIdx.x * kConvertRows;
-  if (n0 >= t.n) return;
-  const int rows = min(kConvertRows, t.n - n0), chunks = p.D / 8;
-  const auto* base = static_cast<const __nv_bfloat16*>(t.x.data) + t.b * t.x.s0 + t.h * t.x.s2;
-  // v's heads also give their largest row norm |V_j| (fp16-lowrank's dS scale): a row's chunks are `chunks`
-  // consecutive lanes (kConvertThreads is a multiple of the row's chunks, D <= 256), summed by shuffles.
-  const bool norms = t.slot >= p.B * p.H + p.B * p.Hkv;
+  const int tensor = blockIdx.z / p.B, b = blockIdx.z % p.B;
+  const Strided x = tensor == 0 ? p.q : tensor == 1 ? p.k : p.v;
+  const int n = tensor == 0 ? p.Nq : p.Nk, heads = tensor == 0 ? p.H : p.Hkv;
+  const int n0 = blockIdx.y * kConvertTokens;
+  if (n0 >= n) return;
+  const int hc = p.D / 8, cpr = heads * hc, c = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool in = c < cpr;  // (a whole head group is in or out: cpr and blockDim are multiples of hc)
+  const int h = c / hc;
+  const int slot = tensor == 0 ? b * p.H + h : p.B * p.H + (tensor - 1) * p.B * p.Hkv + b * p.Hkv + h;
+  const bool norms = tensor == 2;  // v also gives its largest row norm |V_j| (fp16-lowrank's dS scale)
+  const auto* base = static_cast<const __nv_bfloat16*>(x.data) + b * x.s0 + (c / hc) * x.s2 + (c % hc) * 8;
+  const int tokens = min(kConvertTokens, n - n0);
   uint32_t m = 0;      // two BF16 magnitudes
-  float nmax = 0.0f;  // v: the largest row norm
-  // Four chunks per thread in flight at a time (session 43, run 2: one at a time, 98 us for q, k, v at D = 128, N =
-  // 4k under ncu, latency-bound); every thread runs the same count of steps (the shuffles).
-  constexpr int kPer = 4;
-  for (int e0 = 0; e0 < rows * chunks; e0 += kConvertThreads * kPer) {
+  float nmax = 0.0f;  // v: the largest row norm of this head
+  constexpr int kPer = 8;  // tokens in flight a thread
+  for (int t0 = 0; t0 < tokens; t0 += kPer) {
     uint4 w[kPer];
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      const int e = e0 + u * kConvertThreads + threadIdx.x, r = e / chunks, c = e % chunks;
-      w[u] = e < rows * chunks
-                 ? *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(n0 + r) * t.x.s1 + c * 8)
-                 : make_uint4(0, 0, 0, 0);
+      w[u] = in && t0 + u < tokens ? *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(n0 + t0 + u) * x.s1)
+                                   : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       float sq = 0.0f;
-      for (uint32_t x : {w[u].x, w[u].y, w[u].z, w[u].w}) {
-        sq = fmaf(__uint_as_float(x << 16), __uint_as_float(x << 16), sq);
-        sq = fmaf(__uint_as_float(x & 0xFFFF0000u), __uint_as_float(x & 0xFFFF0000u), sq);
-        x &= 0x7FFF7FFFu;
-        x &= ~__vcmpgtu2(x, 0x7F807F80u);  // NaN halves -> 0
-        m = __vmaxu2(m, x);
+      for (uint32_t v : {w[u].x, w[u].y, w[u].z, w[u].w}) {
+        sq = fmaf(__uint_as_float(v << 16), __uint_as_float(v << 16), sq);
+        sq = fmaf(__uint_as_float(v & 0xFFFF0000u), __uint_as_float(v & 0xFFFF0000u), sq);
+        v &= 0x7FFF7FFFu;
+        v &= ~__vcmpgtu2(v, 0x7F807F80u);  // NaN halves -> 0
+        m = __vmaxu2(m, v);
       }
-      if (norms) {  // (uniform per CTA) the row's sum over its `chunks` lanes
-        for (int o = 1; o < chunks; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      if (norms) {  // (uniform per CTA) the token's row of this head: a sum over the head's hc lanes
+        for (int o = 1; o < hc; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
         nmax = fmaxf(nmax, sqrtf(sq));
       }
     }
   }
   uint32_t bits = max(m & 0xFFFFu, m >> 16) << 16;  // the largest as float bits
-  bits = __reduce_max_sync(0xffffffffu, bits);
-  if ((threadIdx.x & 31) == 0) atomicMax(p.maxbits + t.slot, bits);
-  if (norms) {
-    const uint32_t nb = __reduce_max_sync(0xffffffffu, __float_as_uint(nmax));
-    if ((threadIdx.x & 31) == 0) atomicMax(p.maxbits + t.slot + p.B * p.Hkv, nb);
+  for (int o = 1; o < hc; o <<= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
+  if (in && (threadIdx.x & (hc - 1)) == 0) {
+    atomicMax(p.maxbits + slot, bits);
+    if (norms) atomicMax(p.maxbits + slot + p.B * p.Hkv, __float_as_uint(nmax));
   }
 }
 
@@ -118,21 +121,26 @@ __device__ __forceinline__ uint4 fp16_chunk(uint4 w, float s) {
   return o;
 }
 
-// out (B, N, heads, D) dense = fp16(x s_head), one 16-byte chunk per thread and step, in the output's order.
+// out (B, N, heads, D) dense = fp16(x s_head): token-major as fp16_absmax_kernel, grid (chunk_shape(heads D /
+// 8).blocks, ceil(N / kConvertTokens), B).
 __global__ void __launch_bounds__(kConvertThreads)
-    fp16_convert_kernel(Strided x, int B, int N, int heads, int D, const float* scales, __half* out) {
-  const int chunks = D / 8;
-  const int64_t total = static_cast<int64_t>(B) * N * heads * chunks;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(kConvertThreads) + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * kConvertThreads) {
-    const int c = static_cast<int>(e % chunks);
-    const int64_t rest = e / chunks;
-    const int h = static_cast<int>(rest % heads);
-    const int64_t bn = rest / heads;
-    const int n = static_cast<int>(bn % N), b = static_cast<int>(bn / N);
-    const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(x.data) + b * x.s0 + n * x.s1 +
-                                                    h * x.s2 + c * 8);
-    reinterpret_cast<uint4*>(out)[e] = fp16_chunk(w, scales[b * heads + h]);
+    fp16_convert_kernel(Strided x, int N, int heads, int D, const float* scales, __half* out) {
+  const int b = blockIdx.z, n0 = blockIdx.y * kConvertTokens, hc = D / 8, cpr = heads * hc;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cpr) return;
+  const float s = scales[b * heads + c / hc];
+  const auto* base = static_cast<const __nv_bfloat16*>(x.data) + b * x.s0 + (c / hc) * x.s2 + (c % hc) * 8;
+  uint4* dst = reinterpret_cast<uint4*>(out) + (static_cast<int64_t>(b) * N + n0) * cpr + c;
+  const int tokens = min(kConvertTokens, N - n0);
+  constexpr int kPer = 8;
+  for (int t0 = 0; t0 < tokens; t0 += kPer) {
+    uint4 w[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u)
+      if (t0 + u < tokens) w[u] = *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(n0 + t0 + u) * x.s1);
+#pragma unroll
+    for (int u = 0; u < kPer; ++u)
+      if (t0 + u < tokens) dst[static_cast<int64_t>(t0 + u) * cpr] = fp16_chunk(w[u], s);
   }
 }
 

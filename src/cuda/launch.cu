@@ -564,18 +564,19 @@ Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTenso
   }
   detail::ConvertParams cp{strided(q), strided(k), strided(v), static_cast<__half*>(qh), static_cast<__half*>(kht),
                            static_cast<__half*>(vh), maxbits, scales, B, Nq, Nk, H, Hkv, D};
-  const unsigned row_blocks = static_cast<unsigned>((std::max(Nq, Nk) + detail::kConvertRows - 1) / detail::kConvertRows);
-  const int heads = B * H + 2 * B * Hkv;  // (count: and v's row norms)
-  detail::fp16_absmax_kernel<<<dim3(row_blocks, heads), detail::kConvertThreads, 0, st>>>(cp);
-  detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, heads, count);
-  const auto chunk_grid = [](int64_t elements) {  // one 16-byte chunk per thread, grid-stride beyond 2^20 blocks
-    const int64_t blocks_needed = (elements / 8 + detail::kConvertThreads - 1) / detail::kConvertThreads;
-    return static_cast<unsigned>(std::min<int64_t>(blocks_needed, 1 << 20));
+  const int heads = B * H + 2 * B * Hkv;  // the scales (count: and v's row norms)
+  const auto token_blocks = [](int n) {
+    return static_cast<unsigned>((n + detail::kConvertTokens - 1) / detail::kConvertTokens);
   };
-  detail::fp16_convert_kernel<<<chunk_grid(p.B * p.Nq * p.H * p.D), detail::kConvertThreads, 0, st>>>(
-      strided(q), B, Nq, H, D, scales, static_cast<__half*>(qh));
-  detail::fp16_convert_kernel<<<chunk_grid(p.B * p.Nk * p.Hkv * p.D), detail::kConvertThreads, 0, st>>>(
-      strided(v), B, Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
+  // the absmax's rows are q's (H D / 8 chunks) or k's and v's (Hkv D / 8): the wider shape covers both
+  const detail::ChunkShape wide = detail::chunk_shape(std::max(H, Hkv) * D / 8);
+  detail::fp16_absmax_kernel<<<dim3(wide.blocks, token_blocks(std::max(Nq, Nk)), 3 * B), wide.threads, 0, st>>>(cp);
+  detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, heads, count);
+  const detail::ChunkShape qs = detail::chunk_shape(H * D / 8), vs = detail::chunk_shape(Hkv * D / 8);
+  detail::fp16_convert_kernel<<<dim3(qs.blocks, token_blocks(Nq), B), qs.threads, 0, st>>>(
+      strided(q), Nq, H, D, scales, static_cast<__half*>(qh));
+  detail::fp16_convert_kernel<<<dim3(vs.blocks, token_blocks(Nk), B), vs.threads, 0, st>>>(
+      strided(v), Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
   detail::fp16_convert_transpose_kernel<<<dim3((Nk + 63) / 64, D / 64, B * Hkv), detail::kConvertThreads, 0, st>>>(
       strided(k), Nk, static_cast<int>(fp16_kht_ld(p)), Hkv, D, scales + B * H, static_cast<__half*>(kht));
   return last_error("FP16 conversion");
@@ -1341,8 +1342,8 @@ size_t fp16_kht_ld(const Problem& p) { return static_cast<size_t>((p.Nk + 7) / 8
 Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                            void* qh, void* kht, void* vh, float* scales, void* workspace, void* stream) {
   if (Status s = check_extents(p); !s.ok) return s;
-  if (p.D < 64 || p.D % 64 != 0) {
-    return fail(ErrorCode::kUnsupported, "the FP16 conversion takes D a multiple of 64, got " + std::to_string(p.D));
+  if (p.D != 64 && p.D != 128 && p.D != 256) {  // (a head's chunks are D / 8 lanes of one warp)
+    return fail(ErrorCode::kUnsupported, "the FP16 conversion takes D = 64, 128 or 256, got " + std::to_string(p.D));
   }
   for (Status s : {check_tensor("q", q), check_tensor("k", k), check_tensor("v", v)})
     if (!s.ok) return s;

@@ -165,7 +165,7 @@ TEST(ConvertFp16, BadArgumentsAreNamed) {
   float* f = reinterpret_cast<float*>(16);
   cuda::Status st = cuda::convert_fp16_copies(p, t, t, t, f, f, f, f, f, nullptr);
   EXPECT_FALSE(st.ok);
-  EXPECT_NE(st.message.find("multiple of 64"), std::string::npos) << st.message;
+  EXPECT_NE(st.message.find("D = 64, 128 or 256, got 48"), std::string::npos) << st.message;
   p.D = 64;
   cuda::DeviceTensor odd = t;
   odd.stride[1] = 100;  // 200-byte rows: not 16-byte aligned

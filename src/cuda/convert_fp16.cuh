@@ -144,30 +144,43 @@ __global__ void __launch_bounds__(kConvertThreads)
   }
 }
 
-// kht (B, Hkv, D, ld) = fp16(K s_head)^T, ld = Nk rounded up to a multiple of 8 (keys Nk.. zero): a tile of 64 keys x
-// 64 d through shared memory; grid (ceil(Nk / 64), D / 64, B Hkv), 256 threads. 16-byte loads; 16-byte stores of
-// eight keys (ld keeps every row 16-byte aligned).
+// kht (B, Hkv, D, ld) = fp16(K s_head)^T, ld = Nk rounded up to a multiple of 8 (keys Nk.. zero). v3 (session 44;
+// v2, a 64 x 64 tile through shared memory with 2-byte stores 8 ways in conflict, 57 us for 128 MB at D = 128, N =
+// 4k under ncu): a thread converts 8 keys x 8 d (one 16-byte chunk of 8 key rows) and transposes them in registers
+// (one byte permutation a 32-bit word), then stores 8 d-rows of 8 keys (16 bytes each). A warp's 32 tasks are 4
+// chunks x 8 key groups, so that its loads read 64-byte pieces of 8 rows and its stores write 128 contiguous bytes
+// of each d-row. grid (ceil(Nk / kTransposeKeys), 1, B Hkv), 256 threads.
+constexpr int kTransposeKeys = 128;
 __global__ void __launch_bounds__(kConvertThreads)
     fp16_convert_transpose_kernel(Strided k, int Nk, int ld, int Hkv, int D, const float* scales, __half* kht) {
-  __shared__ __align__(16) __half tile[64][72];  // [d][key], rows 144 bytes (16-byte aligned, banks spread)
-  const int bh = blockIdx.z, b = bh / Hkv, hk = bh % Hkv, j0 = blockIdx.x * 64, d0 = blockIdx.y * 64;
+  const int bh = blockIdx.z, b = bh / Hkv, hk = bh % Hkv, j0 = blockIdx.x * kTransposeKeys, hc = D / 8;
   const float s = scales[bh];
-  const auto* base = static_cast<const __nv_bfloat16*>(k.data) + b * k.s0 + hk * k.s2 + d0;
-  for (int e = threadIdx.x; e < 64 * 8; e += kConvertThreads) {  // key e / 8, d chunk e % 8
-    const int r = e >> 3, c = e & 7, j = j0 + r;
-    const uint4 w = j < Nk ? *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(j) * k.s1 + c * 8)
-                           : make_uint4(0, 0, 0, 0);
-    const uint4 h = fp16_chunk(w, s);
-    const __half* hv = reinterpret_cast<const __half*>(&h);
+  const auto* base = static_cast<const __nv_bfloat16*>(k.data) + b * k.s0 + hk * k.s2;
+  const int tasks = (kTransposeKeys / 8) * hc;  // (hc a multiple of 4: D = 64, 128 or 256)
+  for (int task = threadIdx.x; task < tasks; task += blockDim.x) {
+    const int lane = task & 31, w = task >> 5, quads = hc / 4;
+    const int c = (w % quads) * 4 + (lane & 3), g = (w / quads) * 8 + (lane >> 2);
+    const int j = j0 + g * 8;
+    if (j >= ld) continue;
+    uint4 in[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) tile[c * 8 + i][r] = hv[i];
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < 64 * 8; e += kConvertThreads) {  // d row e / 8, keys 8 (e % 8) ..
-    const int r = e >> 3, c = e & 7, j = j0 + c * 8;
-    if (j < ld) {
-      *reinterpret_cast<uint4*>(kht + (static_cast<int64_t>(bh) * D + d0 + r) * ld + j) =
-          *reinterpret_cast<const uint4*>(&tile[r][c * 8]);
+    for (int u = 0; u < 8; ++u) {
+      const uint4 x = j + u < Nk ? *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(j + u) * k.s1 + c * 8)
+                                 : make_uint4(0, 0, 0, 0);
+      in[u] = fp16_chunk(x, s);
+    }
+    // out[i], d = 8 c + i: word m holds keys 2m (low half) and 2m + 1 of in[2m], in[2m + 1]'s half i
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint32_t o[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const uint32_t lo = reinterpret_cast<const uint32_t*>(&in[2 * m])[i / 2];
+        const uint32_t hi = reinterpret_cast<const uint32_t*>(&in[2 * m + 1])[i / 2];
+        o[m] = __byte_perm(lo, hi, (i & 1) ? 0x7632 : 0x5410);
+      }
+      *reinterpret_cast<uint4*>(kht + (static_cast<int64_t>(bh) * D + c * 8 + i) * ld + j) =
+          make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
 }

@@ -577,7 +577,8 @@ Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTenso
       strided(q), Nq, H, D, scales, static_cast<__half*>(qh));
   detail::fp16_convert_kernel<<<dim3(vs.blocks, token_blocks(Nk), B), vs.threads, 0, st>>>(
       strided(v), Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
-  detail::fp16_convert_transpose_kernel<<<dim3((Nk + 63) / 64, D / 64, B * Hkv), detail::kConvertThreads, 0, st>>>(
+  detail::fp16_convert_transpose_kernel<<<dim3((Nk + detail::kTransposeKeys - 1) / detail::kTransposeKeys, 1, B * Hkv),
+                                          detail::kConvertThreads, 0, st>>>(
       strided(k), Nk, static_cast<int>(fp16_kht_ld(p)), Hkv, D, scales + B * H, static_cast<__half*>(kht));
   return last_error("FP16 conversion");
 }

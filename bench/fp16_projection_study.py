@@ -21,6 +21,15 @@ Forms (every output rounded to BF16 as the kernels write it; errors over the who
   baseline), dP = dO V^T from the BF16 inputs; then the dQ projection of the given rank, none, or exact (P K).
 - `h16, bf16 P^ ...`: the same with the forward's P^ in BF16 (its P V stays a BF16 product).
 - `h16, delta from bf16 O + residual ...`: O's FP32 value carried by O and its BF16 residual instead of an FP16 O.
+- `h16 rank 6, 1/l on dO` (after `h16, dQ projection rank 6`; always rank 6, whatever --rank says): the backward
+  of `h16` with the per-element 1/l_i moved from P to dO's side. dOh_i = fp16(dO_i (1/l_i) s_do), Vh = fp16(V s_v),
+  Oh = fp16(O s_v), each scale one power of two per (batch, query head): s_v puts max |V| in [2^14, 2^15), s_do
+  max |dO| in [2^13, 2^14) (one below the other copies' scales, since 1/l_i <= 2 could otherwise take |dOh| to
+  2^16 > 65504); dP' = dOh Vh^T and delta' = dOh . Oh in FP32; dS' = fp16(sigma' fp16(P^) (dP' - delta')) with
+  sigma' = sigma / (s_do s_v), which keeps h16's bound (fp16(P^)_ij / l_i = P_ij <= 1, so |dS'| <= 2^14 up to the
+  copies' rounding) and makes dS = dS' / sigma, the scale taken out as in `h16`; dV = (fp16(P^)^T dOh) / s_do in
+  FP32 (no bf16(P)); dQ, dK and the rank-6 projection (r_i from the rows of dS) as in `h16`. Its counts of dOh
+  elements that overflow or flush to zero go to stderr.
 
 Usage: python3 bench/fp16_projection_study.py --state FILE [--state FILE ...] [--rank R ...] [--out FILE.md]
 (the C++ stress suite: `gproj stress --write DIR`, then every DIR/*.safetensors). CPU only (torch)."""
@@ -48,8 +57,10 @@ def err(x, ref):
     return float((x - ref).norm() / ref.norm())
 
 
-def forms(q, k, v, do, causal, ranks=(4, 6)):
-    """Rows (form, dQ error, dK error, dV error) of one state ((B, N, H, D) tensors)."""
+def forms(q, k, v, do, causal, ranks=(4, 6), notes=None):
+    """Rows (form, dQ error, dK error, dV error) of one state ((B, N, H, D) tensors); lines about the FP16 copies
+    of `h16 rank 6, 1/l on dO` are appended to `notes` when given."""
+    notes = [] if notes is None else notes
     ref = float64_reference(q, k, v, do, causal)
     scale, qh, kh, vh, doh = ref.scale, ref.q.float(), ref.k.float(), ref.v.float(), ref.do.float()
     dq64 = ref.scale * ref.ds64 @ ref.k
@@ -84,7 +95,15 @@ def forms(q, k, v, do, causal, ranks=(4, 6)):
     m = torch.ceil(s2.amax(-1, keepdim=True)).nan_to_num(0.0, posinf=0.0, neginf=0.0)  # the integer max
     e = torch.exp2(s2 - m).nan_to_num(0.0)
     vmax = vh.norm(dim=-1, keepdim=True).amax(-2, keepdim=True)  # per head
-    bases = {rank: torch.linalg.eigh(kh.double().transpose(-1, -2) @ kh.double())[1][..., -rank:] for rank in ranks}
+
+    def basis(rank):  # the top `rank` eigenvectors of K^T K per head
+        return torch.linalg.eigh(kh.double().transpose(-1, -2) @ kh.double())[1][..., -rank:]
+    bases = {rank: basis(rank) for rank in ranks}
+
+    def head_scale(x, top):  # one power of two per (batch, head): max |x| s in [2^(top-1), 2^top); 1 for all zero
+        xmax = x.abs().amax((-2, -1), keepdim=True)
+        e = torch.frexp(xmax).exponent.float()  # max |x| in [2^(e-1), 2^e)
+        return torch.where(xmax > 0, torch.exp2((top - e).clamp(-126, 126)), torch.ones(()))
 
     def h16(name, rnd_p, o_of):
         ph = rnd_p(e)
@@ -105,11 +124,50 @@ def forms(q, k, v, do, causal, ranks=(4, 6)):
         s = pn.double().sum(-1, keepdim=True).clamp_min(1e-300)
         rows.append((f"{name}, dQ projection with exact P K",
                      *out_err(dq0 - scale * (r / s) * (pn.double() @ kh.double()), dk, dv)))
-        for rank, u in bases.items():  # P (K U) as the forward forms it: its rounded P^ against fp16(K U), over l
+
+        def projected(dq, r_, u):  # P (K U) as the forward forms it: its rounded P^ against fp16(K U), over l
             ku = fp16((kh.double() @ u).float()).double()
             pku = (ph.double() @ ku) / lc.double()
-            rows.append((f"{name}, dQ projection rank {rank}",
-                         *out_err(dq0 - scale * (r / s) * (pku @ u.transpose(-1, -2)), dk, dv)))
+            return dq - scale * (r_ / s) * (pku @ u.transpose(-1, -2))
+
+        for rank, u in bases.items():
+            rows.append((f"{name}, dQ projection rank {rank}", *out_err(projected(dq0, r, u), dk, dv)))
+            if name == "h16" and rank == 6:
+                rows.append(dO_side(ph, l, lc, o, sigma, projected, u))
+        if name == "h16" and 6 not in bases:
+            rows.append(dO_side(ph, l, lc, o, sigma, projected, basis(6)))
+
+    def dO_side(ph, l, lc, o, sigma, projected, u6):
+        """`h16 rank 6, 1/l on dO`: h16's backward with 1/l_i on dO's side (the docstring's bullet)."""
+        invl = torch.where(l > 0, 1.0 / lc, torch.zeros(()))  # 1/l_i <= 2 (the row's largest P^ is >= 1/2)
+        s_v = head_scale(vh, 15)
+        s_do = head_scale(doh, 14)  # max |dO| s_do in [2^13, 2^14): |dO_i / l_i| s_do < 2^15
+        raw = doh * invl * s_do
+        dOh = fp16(raw)
+        vh16, oh16 = fp16(vh * s_v), fp16(o * s_v)
+        dpp = dOh @ vh16.transpose(-1, -2)  # FP32 accumulation
+        deltap = (dOh * oh16).sum(-1, keepdim=True)
+        sigmap = sigma / (s_do * s_v)  # powers of two: sigma' s_do s_v = sigma exactly
+        dsp_raw = sigmap * ph * (dpp - deltap)
+        ds = fp16(dsp_raw).double() / (sigmap * s_do * s_v).double()  # = / sigma: dS in h16's units
+        dk = scale * ds.transpose(-1, -2) @ qh.double()
+        dq0 = scale * ds @ kh.double()
+        dv = ((ph.transpose(-1, -2) @ dOh) / s_do).double()  # FP32 accumulation, the scale taken out
+        r = ds.sum(-1, keepdim=True)
+        # what the FP16 copies did (stderr): overflow and flush to zero of dOh, and the same dOh with the scale
+        # one power of two larger (max |dO| s_do in [2^14, 2^15), as the other copies)
+        big = doh * invl * (2 * s_do)
+        notes.append(f"  1/l on dO: dOh {dOh.numel()} elements, {int((doh != 0).sum())} of dO nonzero, "
+                     f"{int((raw != 0).sum())} of dO/l nonzero; inf {int(torch.isinf(dOh).sum())}, "
+                     f"flushed to zero {int(((raw != 0) & (dOh == 0)).sum())}, "
+                     f"FP16 subnormal {int(((dOh != 0) & (dOh.abs() < 2.0 ** -14)).sum())}; "
+                     f"max |dO/l| s_do = {float(raw.abs().max()):.6g}; "
+                     f"with 2 s_do: max {float(big.abs().max()):.6g}, inf {int(torch.isinf(fp16(big)).sum())}, "
+                     f"flushed to zero {int(((big != 0) & (fp16(big) == 0)).sum())}; "
+                     f"max |dS'| before rounding {float(dsp_raw.abs().max()):.6g} (< 2^15 = 32768), "
+                     f"inf in Vh, Oh, dS' {int(torch.isinf(vh16).sum())}, {int(torch.isinf(oh16).sum())}, "
+                     f"{int(torch.isinf(fp16(dsp_raw)).sum())}")
+        return ("h16 rank 6, 1/l on dO", *out_err(projected(dq0, r, u6), dk, dv))
 
     h16("h16", fp16, fp16)
     h16("h16, bf16 P^", bf16, fp16)
@@ -137,8 +195,11 @@ def main(argv=None):
         if max(r for r in ranks) > q.shape[3]:
             sys.exit(f"fp16_projection_study: --rank above D = {q.shape[3]} ({path})")
         name = os.path.basename(path).removesuffix(".safetensors")
-        for form, *errs in forms(q, k, v, do, causal, ranks):
+        notes = []
+        for form, *errs in forms(q, k, v, do, causal, ranks, notes):
             lines.append(f"| {name} | {form} | " + " | ".join(f"{100 * x:.3f}%" for x in errs) + " |")
+        for note in notes:
+            print(note, file=sys.stderr, flush=True)
     print_and_save("\n".join(lines) + "\n", args.out)
 
 

@@ -66,6 +66,7 @@ int run_check(const CheckOptions& o, std::FILE* out) {
     p.dk_compensation_rank = o.dk_compensation_rank;
     p.forward_stats = o.forward_stats;
     p.basis_from_forward = o.basis_from_forward;
+    p.fp16_dout_side = o.fp16_dout_side && p.variant == Variant::kGproj;  // (gproj's form; the others have none)
     variants.push_back(p);
   }
   if (variants.empty()) throw Error(ErrorCode::kInvalidArgument, "--variants lists no variant");

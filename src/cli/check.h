@@ -22,6 +22,7 @@ struct CheckOptions {
   std::string projection;             // GProj's projection for the gproj variant; empty: the default
   int dk_compensation_rank = 0;       // FlashParams::dk_compensation_rank (gproj variant, CPU)
   bool forward_stats = false;  // FlashParams::forward_stats (thresh-lowrank: --stats-from forward|backward)
+  bool fp16_dout_side = false;  // FlashParams::fp16_dout_side (fp16-lowrank, CPU: --fp16-dout-side)
   bool basis_from_forward = false;  // FlashParams::basis_from_forward (thresh-lowrank: --basis-from forward|backward)
   bool quiet = false;                 // no progress on stderr
 };

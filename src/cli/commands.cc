@@ -45,6 +45,7 @@ int run_one(const RunOptions& o, std::FILE* out) {
   p.dk_compensation_rank = o.dk_compensation_rank;
   p.forward_stats = o.forward_stats;
   p.basis_from_forward = o.basis_from_forward;
+  p.fp16_dout_side = o.fp16_dout_side;
   const AttentionState s = load_state(o.state, o.allow_nonfinite);
   p.causal = s.causal;
   p.softmax_scale = state_scale(s);

@@ -59,6 +59,7 @@ nlohmann::json variant_params_json(const FlashParams& p) {
       j["basis_from"] = p.basis_from_forward ? "forward" : "backward";
     }
     if (p.dk_compensation_rank != 0) j["dk_compensation_rank"] = p.dk_compensation_rank;
+    if (q == Projection::kFp16LowRank) j["inv_l_on"] = p.fp16_dout_side ? "do" : "p";
     if (q == Projection::kLowRank || q == Projection::kTopKLowRank || q == Projection::kThreshLowRank ||
         q == Projection::kFp16LowRank) {
       j["lowrank_rank"] = p.lowrank_rank;

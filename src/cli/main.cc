@@ -30,6 +30,12 @@ void add_basis_from(CLI::App* cmd, bool& from_forward) {
          "same basis either way; the CPU has one form")
       ->check(CLI::IsMember({"forward", "backward"}));
 }
+// --fp16-dout-side: fp16-lowrank's form with 1 / l on dO's side (FlashParams::fp16_dout_side; CPU emulator only).
+void add_fp16_dout_side(CLI::App* cmd, bool& flag) {
+  cmd->add_flag("--fp16-dout-side", flag,
+                "fp16-lowrank (variant gproj), experimental, CPU emulator only so far: 1 / l on dO's side (dP, "
+                "delta and dV from fp16(dO / l); docs/design-fp16-projection.md)");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,6 +67,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 256));
   add_stats_from(check_cmd, check.forward_stats);
   add_basis_from(check_cmd, check.basis_from_forward);
+  add_fp16_dout_side(check_cmd, check.fp16_dout_side);
   check_cmd->add_flag("--quiet", check.quiet, "no progress on stderr");
 
   gproj::cli::RunOptions run;
@@ -78,6 +85,7 @@ int main(int argc, char** argv) {
 
   add_stats_from(run_cmd, run.forward_stats);
   add_basis_from(run_cmd, run.basis_from_forward);
+  add_fp16_dout_side(run_cmd, run.fp16_dout_side);
 
   bool list = false;
   std::string write_dir, data_dir;

@@ -66,6 +66,11 @@ BackwardSetup check_backward(const TensorView<const bf16>& q, const TensorView<c
                 "projection fp16-lowrank takes no dK compensation (its dK carries FP16 rounding only): set "
                 "dk_compensation_rank = 0");
   }
+  if (params.fp16_dout_side && (params.variant != Variant::kGproj || s.projection != Projection::kFp16LowRank)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp16_dout_side is a form of projection fp16-lowrank (variant gproj); this backward runs variant " +
+                    std::string(variant_name(params.variant)) + " with projection " + projection_name(s.projection));
+  }
   return s;
 }
 
@@ -83,6 +88,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
   const float scale = st.scale;
   auto rnd = [&](float x) { return st.round_bf16_operands ? round_bf16(x) : x; };
   const bool fp16 = st.projection == Projection::kFp16LowRank;
+  const bool dout_side = fp16 && params.fp16_dout_side;  // 1 / l on dO's side (attention.h)
   const float scale_log2 = scale * kLog2e;
   auto to_f = [](bf16 x) { return x.to_float(); };
 
@@ -114,11 +120,29 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       } else {
         cpu::gather_head(Of, o, b, h, to_f);
       }
+      // fp16_dout_side: dP, delta and dV read dOh_i = fp16(dO_i (1 / l_i) s_do) (as a value: / s_do, exact), 1 / l_i
+      // = 2^(M_i - LSE_i log2e) in [1, 2), M_i = ceil(LSE_i log2e) (the consistent P's, below), s_do the power of
+      // two that puts 2 max_i |dO_i| in [2^14, 2^15) (|dO_id / l_i| < 2 max_i |dO_i|); dV then takes it out.
+      std::vector<float> dOl, Vh;
+      if (dout_side) {
+        float dmax = 0.0f;
+        for (int64_t i = 0; i < d.Nq; ++i) dmax = std::max(dmax, row_norm(&dO[i * D], D));
+        const float s_do = cpu::fp16_head_scale(2.0f * dmax), inv_s_do = 1.0f / s_do;
+        dOl.resize(dO.size());
+        for (int64_t i = 0; i < d.Nq; ++i) {
+          const float l2 = lse.at(b, h, i) * kLog2e;
+          const float inv_l = l2 == kNegInf ? 0.0f : std::exp2(std::ceil(l2) - l2);
+          for (int e = 0; e < D; ++e) dOl[i * D + e] = cpu::round_fp16(dO[i * D + e] * inv_l * s_do) * inv_s_do;
+        }
+        Vh = V;
+        cpu::round_fp16_head(Vh.data(), Vh.size());  // the forward's vh, as a value
+      }
+      const std::vector<float>& dOd = dout_side ? dOl : dO;  // dP's, delta's and dV's dO
       // Preprocess, B1: delta_i = sum_d dO_id O_id in FP32.
       std::vector<float> delta(static_cast<size_t>(d.Nq)), L(delta.size());
       for (int64_t i = 0; i < d.Nq; ++i) {
         float acc = 0.0f;
-        for (int e = 0; e < D; ++e) acc += dO[i * D + e] * Of[i * D + e];
+        for (int e = 0; e < D; ++e) acc += dOd[i * D + e] * Of[i * D + e];
         delta[i] = acc;
         r.delta.at(b, h, i) = acc;
         L[i] = lse.at(b, h, i);
@@ -158,7 +182,7 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       cpu::DkCompensation dk_comp(head, params.variant == Variant::kGproj ? params.dk_compensation_rank : 0);
 
       std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),
-          dSb_raw(P.size()), dSb(P.size());
+          dSb_raw(P.size()), dSb(P.size()), Ph(dout_side ? P.size() : 0);
       // P of one tile, recomputed from the LSE: exp(scale * Q K^T - LSE), masked and empty rows 0.
       // fp16-lowrank: the consistent P, P = fp16(2^(S log2e - M)) 2^(M - LSE log2e), M = ceil(LSE log2e), the
       // forward's P^ / l (cpu/forward_block.h).
@@ -171,9 +195,14 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
           const int vis = L[i0 + i] == kNegInf ? 0
                           : params.causal     ? static_cast<int>(std::clamp<int64_t>(limit - j0 + 1, 0, cols))
                                               : cols;
+          if (dout_side) std::fill(&Ph[i * Bk], &Ph[i * Bk] + Bk, 0.0f);
           if (fp16 && vis > 0) {
             const float l2 = L[i0 + i] * kLog2e, M = std::ceil(l2), inv_l = std::exp2(M - l2);
-            for (int j = 0; j < vis; ++j) p[j] = cpu::round_fp16(std::exp2(std::fma(p[j], scale_log2, -M))) * inv_l;
+            for (int j = 0; j < vis; ++j) {
+              const float ph = cpu::round_fp16(std::exp2(std::fma(p[j], scale_log2, -M)));  // fp16(P^)
+              if (dout_side) Ph[i * Bk + j] = ph;
+              p[j] = ph * inv_l;
+            }
           } else {
             for (int j = 0; j < vis; ++j) p[j] = scale * p[j];
             cpu::exp_sub_row(p, vis, L[i0 + i]);
@@ -195,16 +224,18 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
         for (int64_t i0 = first_row(j0) / Bq * Bq; i0 < d.Nq; i0 += Bq) {
           const int rows = static_cast<int>(std::min<int64_t>(Bq, d.Nq - i0));
           p_tile(i0, rows, j0, cols);
-          gemm.nt(rows, cols, D, &dO[i0 * D], D, &V[j0 * D], D, dP.data(), Bk, false);  // dP = dO V^T
+          // dP = dO V^T (fp16_dout_side: dOh Vh^T, which carries 1 / l_i; dS then takes fp16(P^) without it)
+          gemm.nt(rows, cols, D, &dOd[i0 * D], D, dout_side ? &Vh[j0 * D] : &V[j0 * D], D, dP.data(), Bk, false);
           for (int i = 0; i < rows; ++i)
             for (int j = 0; j < cols; ++j) {
               const int t = i * Bk + j;
-              dS[t] = P[t] * (dP[t] - delta[i0 + i]);
+              dS[t] = (dout_side ? Ph[t] : P[t]) * (dP[t] - delta[i0 + i]);
               dSb_raw[t] = dSb[t] = fp16 ? cpu::round_fp16(sigma * dS[t]) : rnd(dS[t]);  // B4 (fp16-lowrank: FP16)
             }
           dk_comp.accumulate(i0, rows, j0, cols, dS.data(), dSb_raw.data(), Bk);
           proj.compensate_tile(rows, cols, P.data(), dS.data(), dSb.data(), Bk);
-          gemm.tn(cols, D, rows, Pb.data(), Bk, &dO[i0 * D], D, &dVacc[j0 * D], D, true);  // dV += P^T dO
+          // dV += P^T dO (fp16_dout_side: fp16(P^)^T dOh, no bf16(P))
+          gemm.tn(cols, D, rows, dout_side ? Ph.data() : Pb.data(), Bk, &dOd[i0 * D], D, &dVacc[j0 * D], D, true);
           gemm.tn(cols, D, rows, dSb.data(), Bk, &Qg[i0 * D], D, &dKacc[j0 * D], D, true);  // dK += dS^T Q
           gemm.nn(rows, D, cols, dSb.data(), Bk, &Kg[j0 * D], D, &dQacc[i0 * D], D, true);  // dQ += dS K
           proj.accumulate(i0, rows, j0, cols, P.data(), Pb.data(), dSb_raw.data(), dSb.data(), Bk);

@@ -52,10 +52,14 @@ Status check_problem(const Problem& p) {
   if (proj != Projection::kNone && proj != Projection::kPWeighted && proj != Projection::kThreshLowRank &&
       proj != Projection::kFp16LowRank) {
     return fail(ErrorCode::kUnsupported, std::string("projection '") + projection_name(proj) +
-                                             "' is not implemented on CUDA (pweighted, thresh-lowrank and, forward "
-                                             "only, fp16-lowrank are)");
+                                             "' is not implemented on CUDA (pweighted, thresh-lowrank and "
+                                             "fp16-lowrank are)");
   }
-  if (proj == Projection::kFp16LowRank) {  // docs/design-fp16-projection.md: build step 3 of 6
+  if (p.params.fp16_dout_side) {
+    return fail(ErrorCode::kUnsupported, "fp16_dout_side (1 / l on dO's side) runs in the CPU emulator only so far "
+                                         "(docs/design-fp16-projection.md)");
+  }
+  if (proj == Projection::kFp16LowRank) {  // docs/design-fp16-projection.md (D = 128 built, sessions 42-44)
     if (p.D != 128) {
       return fail(ErrorCode::kUnsupported,
                   "fp16-lowrank on CUDA takes D = 128 so far (its D = 64 forward is not written), got D = " +

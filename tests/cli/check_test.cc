@@ -116,6 +116,10 @@ TEST(Check, ExitCodesOfTheBinary) {
                       "--fail-above dq=0.005 --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --basis-from nowhere --quiet" + data),
             2);
+  EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants baseline,gproj --projection fp16-lowrank "
+                      "--fp16-dout-side --fail-above gproj:dq=0.005,gproj:dk=0.005 --quiet" + data), 0);
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --projection thresh-lowrank "
+                      "--fp16-dout-side --quiet" + data), 2) << "a form of fp16-lowrank only";
   EXPECT_EQ(exit_code("check --suite stress --cases no-such-case --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --device cuda --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --state " + (dir / "missing.safetensors").string()), 2);

@@ -69,6 +69,29 @@ TEST_P(SharedKey, Fp16LowRankRemovesTheBiasWithoutADkCorrection) {
   }
 }
 
+// fp16_dout_side (docs/design-fp16-projection.md, "1/l on dO's side"): dP, delta and dV from fp16(dO / l) and dS
+// from fp16(P^) without 1 / l. The same bias removed, r_i the same FP16 rounding, and dV one rounding closer
+// (fp16(P^) and fp16(dO / l), 11 bits each, instead of bf16(P)'s 8).
+TEST_P(SharedKey, Fp16LowRankWithInvLOnDoKeepsItsErrorsAndImprovesDv) {
+  const AttentionState s = shared_key_state(GetParam());
+  const OracleRun oracle = run_oracle(s);
+  const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle);
+  const FlashParams p = test::params_for(Variant::kGproj, Projection::kFp16LowRank);
+  FlashParams pd = p;
+  pd.fp16_dout_side = true;
+  const VariantRun h16 = run_variant(s, p, oracle);
+  const VariantRun dos = run_variant(s, pd, oracle);
+  test::print_evidence("gproj / fp16-lowrank", h16);
+  test::print_evidence("gproj / fp16-lowrank, 1/l on dO", dos);
+  EXPECT_GE(base.dq.rel_fro, 10 * dos.dq.rel_fro);
+  EXPECT_LE(dos.dq.rel_fro, 0.005);
+  EXPECT_LE(dos.dk.rel_fro, 0.005);
+  EXPECT_LT(dos.dv.rel_fro, h16.dv.rel_fro);
+  EXPECT_LE(dos.bwd.diag.rowsum_max_before, 0.25 * base.bwd.diag.rowsum_max_before);
+  // the forward is the same
+  EXPECT_EQ(dos.o.rel_fro, h16.o.rel_fro);
+}
+
 INSTANTIATE_TEST_SUITE_P(CausalAndNot, SharedKey, ::testing::Values(false, true));
 
 TEST(Projection, Fp16LowRankKeepsItsScaleFiniteForATinyDo) {
@@ -77,11 +100,17 @@ TEST(Projection, Fp16LowRankKeepsItsScaleFiniteForATinyDo) {
   AttentionState s = test::state_for(test::Case{96, 96, 2, 2, 32, true, 64, 64}, 21);
   for (bf16& x : s.dout.values) x = bf16::from_float(x.to_float() * 1e-37f);
   const OracleRun oracle = run_oracle(s);
-  const VariantRun r = run_variant(s, test::params_for(Variant::kGproj, Projection::kFp16LowRank), oracle);
-  test::print_evidence("gproj / fp16-lowrank, dO x 1e-37", r);
-  EXPECT_TRUE(std::isfinite(r.dq.rel_fro) && std::isfinite(r.dk.rel_fro) && std::isfinite(r.dv.rel_fro));
-  EXPECT_LE(r.dq.rel_fro, 0.005);
-  EXPECT_LE(r.dk.rel_fro, 0.005);
+  for (const bool dout_side : {false, true}) {  // (with 1 / l on dO's side, dO / l takes its own power of two)
+    FlashParams p = test::params_for(Variant::kGproj, Projection::kFp16LowRank);
+    p.fp16_dout_side = dout_side;
+    const VariantRun r = run_variant(s, p, oracle);
+    test::print_evidence(dout_side ? "gproj / fp16-lowrank, 1/l on dO, dO x 1e-37" : "gproj / fp16-lowrank, dO x 1e-37",
+                         r);
+    EXPECT_TRUE(std::isfinite(r.dq.rel_fro) && std::isfinite(r.dk.rel_fro) && std::isfinite(r.dv.rel_fro));
+    EXPECT_LE(r.dq.rel_fro, 0.005) << dout_side;
+    EXPECT_LE(r.dk.rel_fro, 0.005) << dout_side;
+    EXPECT_LE(r.dv.rel_fro, 0.005) << dout_side;
+  }
 }
 
 // fp16-lowrank's FP16 copies (V and K U in the forward, Q, K and O in the backward) carry a power of two per head,
@@ -100,12 +129,16 @@ TEST(Projection, Fp16LowRankScalesEachHeadIntoFp16Range) {
     const OracleRun oracle = run_oracle(*s);
     const VariantRun fp = run_variant(*s, test::params_for(Variant::kFp32), oracle);
     const test::Tolerances tol = test::derive_tolerances(fp, oracle);
-    const VariantRun r = run_variant(*s, test::params_for(Variant::kGproj, Projection::kFp16LowRank), oracle);
-    test::print_evidence(std::string("gproj / fp16-lowrank, ") + name, r);
-    EXPECT_LE(r.o.rel_fro, tol.o) << name;
-    EXPECT_LE(r.dq.rel_fro, tol.dq) << name;
-    EXPECT_LE(r.dk.rel_fro, tol.dk) << name;
-    EXPECT_LE(r.dv.rel_fro, tol.dv) << name;
+    for (const bool dout_side : {false, true}) {
+      FlashParams p = test::params_for(Variant::kGproj, Projection::kFp16LowRank);
+      p.fp16_dout_side = dout_side;
+      const VariantRun r = run_variant(*s, p, oracle);
+      test::print_evidence(std::string("gproj / fp16-lowrank, ") + (dout_side ? "1/l on dO, " : "") + name, r);
+      EXPECT_LE(r.o.rel_fro, tol.o) << name << dout_side;
+      EXPECT_LE(r.dq.rel_fro, tol.dq) << name << dout_side;
+      EXPECT_LE(r.dk.rel_fro, tol.dk) << name << dout_side;
+      EXPECT_LE(r.dv.rel_fro, tol.dv) << name << dout_side;
+    }
   }
 }
 
@@ -121,6 +154,13 @@ TEST(Projection, Fp16LowRankRefusesWhatItDoesNotTake) {
   });
   test::expect_error(ErrorCode::kInvalidArgument, "needs the forward's FP32 O", [&] {
     flash_backward_cpu(s.q.view(), s.k.view(), s.v.view(), f.o.view(), {}, f.lse.view(), s.dout.view(), p);
+  });
+  FlashParams other = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
+  other.fp16_dout_side = true;
+  const ForwardResult fo = flash_forward_cpu(s.q.view(), s.k.view(), s.v.view(), other);
+  test::expect_error(ErrorCode::kInvalidArgument, "fp16_dout_side is a form of projection fp16-lowrank", [&] {
+    flash_backward_cpu(s.q.view(), s.k.view(), s.v.view(), fo.o.view(), fo.o_fp32.view(), fo.lse.view(),
+                       s.dout.view(), other);
   });
 }
 

@@ -248,6 +248,7 @@ int main(int argc, char** argv) {
                                     // v3.9); the forward's time includes the basis and K U tiles
           bool fwd_basis = false;   // Problem::forward_basis: K's basis formed beside the forward kernel; the
                                     // forward's time includes it (docs/gproj-forward-basis.md)
+          bool dout_side = false;   // FlashParams::fp16_dout_side (fp16-lowrank with 1 / l on dO's side)
         };
         // baseline and gproj (thresh-lowrank): the defaults (forward v2.2, backward v3.2 / v3.1); -v1: the
         // mma.sync kernels both ways; gproj-pw: the pweighted projection (v1 backward); base-fwd1 / base-fwd21:
@@ -257,7 +258,8 @@ int main(int argc, char** argv) {
         // gproj with the dK compensation (experimental; D = 64 rows only). gproj-fs: gproj with the statistics from
         // the forward (docs/gproj-forward-stats.md). gproj-fb: gproj with K's basis from the forward
         // (docs/gproj-forward-basis.md). gproj-h16: gproj with projection fp16-lowrank
-        // (docs/design-fp16-projection.md; D = 128); its forward's time includes the FP16 conversion pass.
+        // (docs/design-fp16-projection.md; D = 128); its forward's time includes the FP16 conversion pass. gproj-h16d:
+        // the same with 1 / l on dO's side (FlashParams::fp16_dout_side).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
                                   Config{"base-v1", Variant::kBaseline, kNone, 0, 0},
@@ -266,6 +268,8 @@ int main(int argc, char** argv) {
                                   Config{"gproj-fb", Variant::kGproj, kThresh, -1, -1, 4, false, 0, false, true},
                                   Config{"gproj-h16", Variant::kGproj, Projection::kFp16LowRank, -1, -1, 4, false, 0,
                                          true},
+                                  Config{"gproj-h16d", Variant::kGproj, Projection::kFp16LowRank, -1, -1, 4, false, 0,
+                                         true, false, true},
                                   Config{"gproj-v1", Variant::kGproj, kThresh, 0, 0},
                                   Config{"gproj-pw", Variant::kGproj, Projection::kPWeighted},
                                   Config{"base-fwd1", Variant::kBaseline, kNone, 0},
@@ -301,6 +305,7 @@ int main(int argc, char** argv) {
           p.params.dk_compensation_rank = cfg.dk_rank;
           p.params.causal = causal;
           p.params.forward_stats = cfg.fwd_stats;
+          p.params.fp16_dout_side = cfg.dout_side;
           void *ws, *stats = nullptr, *fws = nullptr;
           CHECK(cudaMalloc(&ws, cuda::backward_workspace_bytes(p)));
           if (cfg.fwd_stats && !cuda::forward_stats_apply(p)) {

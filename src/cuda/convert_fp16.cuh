@@ -93,19 +93,13 @@ __global__ void __launch_bounds__(kConvertThreads) fp16_absmax_kernel(const Conv
   }
 }
 
-// scales[i] from maxbits[i], i < scale_count: 2^(15 - e) with max in [2^(e-1), 2^e), the exponent within +-126; 1
-// for a zero or non-finite max (cpu::fp16_head_scale). From scale_count to count: v's row norms, as they are.
+// scales[i] from maxbits[i], i < scale_count: fp16_head_scale (kernel_common.cuh, the CPU's cpu::fp16_head_scale).
+// From scale_count to count: v's row norms, as they are.
 __global__ void fp16_head_scale_kernel(const unsigned int* maxbits, float* scales, int scale_count, int count) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float m = __uint_as_float(maxbits[i]);
-  if (i >= scale_count) {
-    scales[i] = m;
-    return;
-  }
-  float s = 1.0f;
-  if (m > 0.0f && isfinite(m)) s = ldexpf(1.0f, max(-126, min(126, 15 - (ilogbf(m) + 1))));
-  scales[i] = s;
+  scales[i] = i >= scale_count ? m : fp16_head_scale(m);
 }
 
 // Eight BF16 (one 16-byte chunk) times s, rounded to FP16 (RNE): one 16-byte chunk of the copy.

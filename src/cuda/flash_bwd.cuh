@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cuda/kernel_common.cuh"
+#include "cuda/mma.cuh"  // (kLog2e)
 
 namespace gproj::cuda::detail {
 
@@ -36,11 +37,16 @@ constexpr int kPreRows = 64, kPreThreads = 256;
 // Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), each row's
 // r_i accumulator (p.rowsum) is zeroed, and |dO_i| goes to its head's max (p.dmax_bits, an atomic max of the float
 // bits; zeroed before), the bound the main kernel scales dS by.
-template <int D, bool kApart = false, bool kH16 = false>
+// kDoS (kH16 with 1 / l on dO's side, a second pass after the kH16 one): dOh = fp16(dO (1 / l) s_do) into p.doh
+// ((B, Nq, H, D) dense), 1 / l = 2^(M - LSE log2e), M = ceil(LSE log2e), s_do = fp16_head_scale(2 max_i |dO_i|), and
+// delta' = sum_d dOh_d o16_d (in s_v s_do units, the main kernel's dP''s), the same order.
+template <int D, bool kApart = false, bool kH16 = false, bool kDoS = false>
 __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
+  static_assert(!kDoS || kH16, "1 / l on dO's side is a form of fp16-lowrank");
   constexpr int kWords = D / 2 + 1, kChunks = D / 8;
   __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];
   __shared__ int64_t base_o[kPreRows], base_d[kPreRows], out_row[kPreRows];
+  __shared__ float s_dof[kDoS ? kPreRows : 1];  // kDoS: the row's factor (1 / l) s_do (exact: s_do a power of two)
   const int64_t total = static_cast<int64_t>(p.B) * p.H * p.Nq, first = static_cast<int64_t>(blockIdx.x) * kPreRows;
   // v3.45c: the CTA's rows in memory order ((b, i, h) with h fastest where O's heads are closer together than its
   // positions, the (B, N, H, D) layout; else (b, h, i)), so that its 64 rows are one stretch of memory; each row's
@@ -55,6 +61,11 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     base_o[threadIdx.x] = kH16 ? ((b * p.Nq + i) * p.H + h) * D : b * p.o.s0 + i * p.o.s1 + h * p.o.s2;
     base_d[threadIdx.x] = b * p.dout.s0 + i * p.dout.s1 + h * p.dout.s2;
     out_row[threadIdx.x] = (b * p.H + h) * p.Nq + i;
+    if constexpr (kDoS) {
+      const float l2 = p.lse[(b * p.H + h) * p.Nq + i] * kLog2e;
+      const float inv_l = l2 == neg_inf() ? 0.0f : exp2f(ceilf(l2) - l2);
+      s_dof[threadIdx.x] = inv_l * fp16_head_scale(2.0f * __uint_as_float(p.dmax_bits[b * p.H + h]));
+    }
   }
   __syncthreads();
   for (int x = threadIdx.x; x < kPreRows * kChunks; x += kPreThreads) {
@@ -63,7 +74,16 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     const auto* o = kH16 ? reinterpret_cast<const __nv_bfloat16*>(p.o16) + base_o[r]
                          : static_cast<const __nv_bfloat16*>(p.o.data) + base_o[r];  // (kH16: FP16 bits)
     const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + base_d[r];
-    const uint4 vo = reinterpret_cast<const uint4*>(o)[c], vd = reinterpret_cast<const uint4*>(d)[c];
+    const uint4 vo = reinterpret_cast<const uint4*>(o)[c];
+    uint4 vd = reinterpret_cast<const uint4*>(d)[c];
+    if constexpr (kDoS) {  // dOh's chunk: fp16(dO (1 / l) s_do), to p.doh and (for delta') to shared memory
+      const float f = s_dof[r];
+      for (uint32_t* w : {&vd.x, &vd.y, &vd.z, &vd.w}) {
+        const __half2 hh = __floats2half2_rn(__uint_as_float(*w << 16) * f, __uint_as_float(*w & 0xFFFF0000u) * f);
+        *w = *reinterpret_cast<const uint32_t*>(&hh);
+      }
+      reinterpret_cast<uint4*>(p.doh + base_o[r])[c] = vd;
+    }
     uint32_t* to = so + r * kWords + c * 4;
     uint32_t* td = sd + r * kWords + c * 4;
     to[0] = vo.x, to[1] = vo.y, to[2] = vo.z, to[3] = vo.w;
@@ -83,12 +103,18 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     } else {
       o0 = __uint_as_float(wo << 16), o1 = __uint_as_float(wo & 0xffff0000u);
     }
-    const float d0 = __uint_as_float(wd << 16), d1 = __uint_as_float(wd & 0xffff0000u);
+    float d0 = __uint_as_float(wd << 16), d1 = __uint_as_float(wd & 0xffff0000u);
+    if constexpr (kDoS) {  // (dOh: FP16 bits)
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&wd));
+      d0 = f.x, d1 = f.y;
+    }
     acc = __fadd_rn(acc, __fmul_rn(d0, o0));
     acc = __fadd_rn(acc, __fmul_rn(d1, o1));
-    if constexpr (kH16) sq = fmaf(d1, d1, fmaf(d0, d0, sq));
+    if constexpr (kH16 && !kDoS) sq = fmaf(d1, d1, fmaf(d0, d0, sq));
   }
-  if constexpr (kH16) {
+  if constexpr (kDoS) {
+    p.delta[out_row[r]] = acc;  // delta' (s_v s_do / l units)
+  } else if constexpr (kH16) {
     const int64_t row = out_row[r];
     const int bh = static_cast<int>(row / p.Nq), b = bh / p.H, hk = (bh % p.H) / (p.H / p.Hkv);
     p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two

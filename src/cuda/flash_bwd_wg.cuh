@@ -278,8 +278,12 @@ static_assert(kAblate >= 0 && kAblate < 256, "GPROJ_ABLATE is an 8-bit mask (16,
 // sigma dS to FP16 (the dK product's A and the dQ product's tile); dQ = dS Kh reads B K-major over Kh^T, its own
 // keys' four steps m64n72k16 with the ones rows (r_i, added to p.rowsum); dK = fp16(dS^T) Qh; dV as baseline's.
 // dK leaves divided by sigma s_q; dQacc is in sigma s_k units (the dQ post-pass takes them out and projects).
+// kDoS (kH16 with 1 / l on dO's side, FlashParams::fp16_dout_side; docs/design-fp16-projection.md): maps.dout reads
+// dOh = fp16(dO / l s_do) and maps.v the forward's vh, dP' = Vh dOh^T is an FP16 product, sigma dS = fp16(P^) (dP'
+// sigma' - delta' sigma') with sigma' = sigma / (s_v s_do) (p.delta holds delta' = dOh . o16), no 1 / l, and dV =
+// fp16(P^)^T dOh (the packed FP16 P^ its A), leaving divided by s_do.
 template <int D, bool kStats, bool kTma, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
-          bool kVecDq = false, bool kFwdStats = false, bool kH16 = false>
+          bool kVecDq = false, bool kFwdStats = false, bool kH16 = false, bool kDoS = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_bwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -291,6 +295,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kFwdStats || (kThresh && !kDkComp && !kVecDq), "v3.9 is a form of thresh-lowrank's v3.1 / v3.2");
   static_assert(!kH16 || (kSplitDq && kTma && D == 128 && !kThresh && !kStats && !kDkComp && !kVecDq),
                 "fp16-lowrank's backward is a form of v3.2 at D = 128");
+  static_assert(!kDoS || kH16, "1 / l on dO's side is a form of fp16-lowrank's backward");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<D, kTma, kBulk>;
@@ -449,7 +454,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       next_dl = p.delta[bh * p.Nq + i];
       if constexpr (kH16) {  // M = ceil(LSE log2e) and 1 / l = 2^(M - LSE log2e) (-inf: an empty row)
         const float m = ceilf(next_l);
-        next_il = next_l == neg_inf() ? 0.0f : fast_exp2(m - next_l);
+        if constexpr (!kDoS) next_il = next_l == neg_inf() ? 0.0f : fast_exp2(m - next_l);
         next_l = m;
       }
       if constexpr (kDkComp) next_qu = *reinterpret_cast<const uint4*>(p.qu + (bh * p.Nq + i) * kLowRank);
@@ -459,13 +464,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   };
   // kH16: the CTA's powers of two: sigma (dS), S's scale log2e over Qh's and Kh's scales, dK's 1 / (sigma s_q).
-  float h16_sigma = 1.0f, h16_sl2 = 0.0f, h16_dk_unscale = 1.0f;
+  // kDoS: sigma' = sigma / (s_v s_do) (dP' and delta' carry s_v s_do / l), dV's 1 / s_do.
+  float h16_sigma = 1.0f, h16_sl2 = 0.0f, h16_dk_unscale = 1.0f, h16_dv_unscale = 1.0f;
   if constexpr (kH16) {
     const float s_q = p.fp16_scales[b * p.H + h], s_k = p.fp16_scales[fp16_k_slot(p.B, p.H, p.Hkv, b, hk)];
-    h16_sigma = fp16_ds_scale(__uint_as_float(p.dmax_bits[bh]),
-                              p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
+    const float dmax = __uint_as_float(p.dmax_bits[bh]);
+    h16_sigma = fp16_ds_scale(dmax, p.fp16_scales[fp16_vnorm_slot(p.B, p.H, p.Hkv, b, hk)]);
     h16_sl2 = p.scale * kLog2e * (1.0f / (s_q * s_k));  // exact: powers of two
     h16_dk_unscale = 1.0f / (h16_sigma * s_q);
+    if constexpr (kDoS) {
+      const float s_do = fp16_head_scale(2.0f * dmax), s_v = p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)];
+      h16_sigma = h16_sigma / (s_v * s_do);
+      h16_dv_unscale = 1.0f / s_do;
+    }
   }
   float ecomp[8];  // kDkComp: eps^T (Q U_q) of this warpgroup's 64 keys, m64n16 (columns 8-15 stay zero)
 #pragma unroll
@@ -551,7 +562,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         Dls[ltid] = next_dl;
         if constexpr (kH16) {
           Dls[ltid] = next_dl * h16_sigma;  // delta sigma (exact)
-          sIl[wg * BQ + ltid] = next_il;
+          if constexpr (!kDoS) sIl[wg * BQ + ltid] = next_il;
         }
         if constexpr (kDkComp) {  // row ltid's 8 values into column ltid of the warpgroup's (Q U_q)^T tile
           const bf16_t* v = reinterpret_cast<const bf16_t*>(&next_qu);
@@ -595,7 +606,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const uint64_t o_desc = wg_desc_advance_lo(o_kd, st_off + kb * BQ * 64 + kin * 16);
         if constexpr (kH16) {  // A = Kh from Kh^T (MN-major): D-rows 16 (4 kb + kin) at row 72 kb + 16 kin
           wgmma_ss_n64_f16_ta(s, wg_desc_advance_lo(kt_mn, (kb * 72 + kin * 16) * 64), q_desc, kb + kin != 0);
-          if (kb + kin == 0) {
+          if constexpr (kDoS) {  // dP' = Vh dOh^T
+            wgmma_ss_n64_f16_acc(dp, wg_desc_advance_lo(v_kd, kb * BK * 64 + kin * 16), o_desc, kb + kin != 0);
+          } else if (kb + kin == 0) {
             wgmma_ss_n64_first(dp, v_kd, o_desc);
           } else {
             wgmma_ss_n64<0>(dp, wg_desc_advance_lo(v_kd, kb * BK * 64 + kin * 16), o_desc, 1);
@@ -650,8 +663,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                                // emulator's round_fp16(sigma (P (dP - delta))) bit for bit, sigma a power of two
           // (ablation bits for timing only, kAblate above: 1 drops 1 / l, 2 gives dV's A the packed FP16 P^, 4
           // drops the FP16 round trip)
-          const float2 il = (kAblate & 1) ? make_float2(1.0f, 1.0f)
-                                          : *reinterpret_cast<const float2*>(sIl + wg * BQ + ql0);
+          // (kDoS: 1 / l is in dP' and delta')
+          const float2 il = (kDoS || (kAblate & 1)) ? make_float2(1.0f, 1.0f)
+                                                    : *reinterpret_cast<const float2*>(sIl + wg * BQ + ql0);
           h16a = __floats2half2_rn(pv[0], pv[1]), h16b = __floats2half2_rn(pv[2], pv[3]);
           const float2 ra = (kAblate & 4) ? make_float2(pv[0], pv[1]) : __half22float2(h16a);
           const float2 rb = (kAblate & 4) ? make_float2(pv[2], pv[3]) : __half22float2(h16b);
@@ -659,7 +673,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dsv[e] = pv[e] * fmaf(dp[4 * n + e], h16_sigma, -((e & 1) ? D2.y : D2.x));
         }
-        if constexpr (kH16 && (kAblate & 2)) {
+        if constexpr (kDoS || (kH16 && (kAblate & 2))) {  // kDoS: dV's A is the packed FP16 P^
           pf[n >> 1][(n & 1) * 2] = *reinterpret_cast<const uint32_t*>(&h16a);
           pf[n >> 1][(n & 1) * 2 + 1] = *reinterpret_cast<const uint32_t*>(&h16b);
         } else {
@@ -739,7 +753,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const int off = st_off + kk * 16 * 64;
-        wgmma_rs_n128<1>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_advance_lo(o_mn, off), 1);
+        wgmma_rs_n128<1, kDoS>(reinterpret_cast<float(&)[64]>(dv), pf[kk], wg_desc_advance_lo(o_mn, off), 1);
         wgmma_rs_n128<1, kH16>(reinterpret_cast<float(&)[64]>(dk), dsf[kk], wg_desc_advance_lo(q_mn, off), 1);
       }
     } else {
@@ -931,11 +945,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (lane == 0) bulk_wait0();  // the dQ tiles' reduce-adds are done before the CTA's shared memory goes
   }
   if constexpr (kDkComp) dk_compensate<D>(p.u_q + bh * D * kLowRank, ecomp, dk, lane);
-  if constexpr (kH16) {  // dK out of sigma s_q's units (exact: a power of two)
+  if constexpr (kH16) {  // dK out of sigma s_q's units, kDoS: dV out of s_do's (exact: powers of two)
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-      for (int e = 0; e < 32; ++e) dk[nb][e] *= h16_dk_unscale;
+      for (int e = 0; e < 32; ++e) {
+        dk[nb][e] *= h16_dk_unscale;
+        if constexpr (kDoS) dv[nb][e] *= h16_dv_unscale;
+      }
   }
   // The wgmma accumulator [kNB][32] is the mma.sync layout [D / 8][4] of v1 (n8 tile 8 nb + j, element e).
   if (p.dkv_direct != 0) {

@@ -41,6 +41,8 @@ struct KernelParams {
   float* o_fp32_out;                 // forward: optional
   __half* o16_out;                   // forward, fp16-lowrank: (B, Nq, H, D) fp16(O s_v), the backward's delta source
   const __half* o16;                 // backward, fp16-lowrank: the same
+  __half* doh;                       // backward, fp16-lowrank with 1 / l on dO's side: (B, Nq, H, D) dense,
+                                     // fp16(dO_i / l_i s_do), s_do fp16_head_scale(2 max_i |dO_i|) per head
   unsigned int* dmax_bits;           // backward, fp16-lowrank: (B, H) max_i |dO_i| as float bits (preprocess)
   float* lse_out;                    // forward
   // backward workspace, all contiguous FP32
@@ -231,6 +233,13 @@ __device__ __forceinline__ float fp16_ds_scale(float dmax, float vmax) {
     c = m == 0.5f ? e - 1 : e;
   }
   return ldexpf(1.0f, max(-126, min(126, 14 - c)));
+}
+
+// The FP16 copies' power of two for a largest magnitude m (cpu::fp16_head_scale): m s in [2^14, 2^15), the exponent
+// within +-126; 1 for a zero or non-finite m.
+__device__ __forceinline__ float fp16_head_scale(float m) {
+  if (!(m > 0.0f) || !isfinite(m)) return 1.0f;
+  return ldexpf(1.0f, max(-126, min(126, 14 - ilogbf(m))));
 }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }

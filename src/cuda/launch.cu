@@ -55,9 +55,8 @@ Status check_problem(const Problem& p) {
                                              "' is not implemented on CUDA (pweighted, thresh-lowrank and "
                                              "fp16-lowrank are)");
   }
-  if (p.params.fp16_dout_side) {
-    return fail(ErrorCode::kUnsupported, "fp16_dout_side (1 / l on dO's side) runs in the CPU emulator only so far "
-                                         "(docs/design-fp16-projection.md)");
+  if (p.params.fp16_dout_side && proj != Projection::kFp16LowRank) {
+    return fail(ErrorCode::kInvalidArgument, "fp16_dout_side (1 / l on dO's side) is a form of projection fp16-lowrank");
   }
   if (proj == Projection::kFp16LowRank) {  // docs/design-fp16-projection.md (D = 128 built, sessions 42-44)
     if (p.D != 128) {
@@ -447,10 +446,11 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 struct Workspace {
   size_t row, q, dk, dv, pk = 0;
   size_t list = 0, pku = 0, part = 0, gram = 0, u = 0, ku = 0, heads = 0, gram_q = 0, u_q = 0, qu = 0;
+  size_t doh = 0;  // fp16-lowrank with 1 / l on dO's side: dOh, (B, Nq, H, D) FP16, after dV's accumulator
   size_t thresh_words() const {
     return list ? thresh_zeroed() + row + 2 * list + part + gram + u + ku + gram_q + u_q + qu : 0;
   }
-  size_t words() const { return 3 * row + q + pk + thresh_words() + dk + dv; }
+  size_t words() const { return 3 * row + q + pk + thresh_words() + dk + dv + doh; }
   size_t thresh_zeroed() const { return row + pku + heads; }  // list_count, pku, head_done, main_done
   size_t bytes() const { return sizeof(float) * words(); }
 };
@@ -480,7 +480,10 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
   Workspace w{line_words(rows), static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16 * 16) * p.D),
               keep_dk ? kv : 0, keep_dv ? kv : 0};
   if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
-  if (effective_projection(p.params) == Projection::kFp16LowRank) w.pk = head_words(p);  // max |dO_i| per head
+  if (effective_projection(p.params) == Projection::kFp16LowRank) {
+    w.pk = head_words(p);  // max |dO_i| per head
+    if (p.params.fp16_dout_side) w.doh = line_words(static_cast<size_t>(p.B * p.Nq * p.H * p.D) / 2);
+  }
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
     w.pk = line_words(static_cast<size_t>(p.B * p.H * p.D));
     w.list = w.row * static_cast<size_t>(std::max(1, p.params.thresh_k));
@@ -505,11 +508,12 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
 // fp16-lowrank (docs/design-fp16-projection.md): no ku (its backward has no K U; tiles hold FP16 bits), then the
 // conversion pass's outputs that its backward reads: scales (fp16_scale_count words) | qh (B Nq H D FP16) | kht
 // (B Hkv D fp16_kht_ld FP16) | o16 (B Nq H D FP16, the forward's fp16(O s_v)); the forward workspace adds vh (B Nk
-// Hkv D FP16, read by the forward only) and the absmax words.
+// Hkv D FP16, read by the forward only) and the absmax words. With 1 / l on dO's side (FlashParams::fp16_dout_side)
+// vh is the backward's too: it follows o16 in forward_stats (vhk) instead.
 struct StatsLayout {
-  size_t rows = 0, u = 0, ku = 0, tiles = 0, scales = 0, qh = 0, kht = 0, o16 = 0;  // forward_stats
-  size_t gram = 0, vh = 0, maxbits = 0;                                              // forward_workspace
-  size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles + scales + qh + kht + o16); }
+  size_t rows = 0, u = 0, ku = 0, tiles = 0, scales = 0, qh = 0, kht = 0, o16 = 0, vhk = 0;  // forward_stats
+  size_t gram = 0, vh = 0, maxbits = 0;                                                       // forward_workspace
+  size_t bytes() const { return sizeof(float) * (rows + u + ku + tiles + scales + qh + kht + o16 + vhk); }
   size_t workspace_bytes() const { return sizeof(float) * (gram + vh + maxbits); }
 };
 StatsLayout stats_layout(const Problem& p) {
@@ -528,6 +532,7 @@ StatsLayout stats_layout(const Problem& p) {
     s.o16 = s.qh;  // fp16(O s_v), (B, Nq, H, D) as qh
     s.vh = line_words(static_cast<size_t>(p.B * p.Nk * p.Hkv * p.D) / 2);
     s.maxbits = line_words(fp16_scale_count(p));
+    if (p.params.fp16_dout_side) std::swap(s.vh, s.vhk);  // kept for the backward's dP'
   }
   return s;
 }
@@ -553,7 +558,8 @@ Fp16Copies fp16_copies(const Problem& p, void* stats, void* workspace) {
   float* base = static_cast<float*>(stats);
   float* ws = static_cast<float*>(workspace);
   float* scales = base + l.rows + l.u + l.ku + l.tiles;
-  return {scales, scales + l.scales, scales + l.scales + l.qh, scales + l.scales + l.qh + l.kht, ws + l.gram,
+  float* o16 = scales + l.scales + l.qh + l.kht;
+  return {scales, scales + l.scales, scales + l.scales + l.qh, o16, l.vhk ? o16 + l.o16 : ws + l.gram,
           reinterpret_cast<unsigned int*>(ws + l.gram + l.vh)};
 }
 
@@ -895,6 +901,7 @@ ForwardStatsParts forward_stats_parts(const Problem& p, void* stats) {
     parts.qh = parts.scales + l.scales;
     parts.kht = parts.scales + l.scales + l.qh;
     parts.o16 = parts.scales + l.scales + l.qh + l.kht;
+    if (l.vhk != 0) parts.vh = static_cast<float*>(parts.o16) + l.o16;
   }
   return parts;
 }
@@ -1072,13 +1079,25 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
                 "backward needs " + std::to_string(w.bytes()) + " (backward_workspace_bytes with these tensors)");
   }
   const ForwardStatsParts parts = forward_stats_parts(p, p.forward_stats);
+  // 1 / l on dO's side (FlashParams::fp16_dout_side): the main kernel reads dOh (the preprocess's second pass
+  // writes it after dV's accumulator) and the forward's vh in place of dO and V
+  const bool dos = p.params.fp16_dout_side;
+  float* doh = static_cast<float*>(workspace) + 3 * w.row + w.q + w.pk + w.dk + w.dv;
+  const auto dense = [](void* data, int64_t n, int64_t heads, int64_t d) {
+    DeviceTensor t;
+    t.data = data;
+    t.stride[0] = n * heads * d, t.stride[1] = heads * d, t.stride[2] = d, t.stride[3] = 1;
+    return t;
+  };
+  const DeviceTensor qh = dense(parts.qh, p.Nq, p.H, p.D);
   detail::TmaMaps maps{};
-  DeviceTensor qh;
-  qh.data = parts.qh;
-  qh.stride[0] = p.Nq * p.H * p.D, qh.stride[1] = p.H * p.D, qh.stride[2] = p.D, qh.stride[3] = 1;
   for (Status s : {tensor_map(&maps.q, qh, p.B, p.Nq, p.H, p.D, "qh (the FP16 q)"),
-                   tensor_map(&maps.dout, dout, p.B, p.Nq, p.H, p.D, "do"), kht_map(&maps.k, parts.kht, p),
-                   tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
+                   dos ? tensor_map(&maps.dout, dense(doh, p.Nq, p.H, p.D), p.B, p.Nq, p.H, p.D, "doh (fp16(dO / l))")
+                       : tensor_map(&maps.dout, dout, p.B, p.Nq, p.H, p.D, "do"),
+                   kht_map(&maps.k, parts.kht, p),
+                   dos ? tensor_map(&maps.v, dense(parts.vh, p.Nk, p.Hkv, p.D), p.B, p.Nk, p.Hkv, p.D,
+                                    "vh (the forward's FP16 v)")
+                       : tensor_map(&maps.v, v, p.B, p.Nk, p.Hkv, p.D, "v")}) {
     if (!s.ok) return s;
   }
   KernelParams kp = base_params(p);
@@ -1104,6 +1123,7 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   kp.u = parts.u;
   kp.fp16_scales = parts.scales;
   kp.o16 = static_cast<const __half*>(parts.o16);
+  kp.doh = dos ? reinterpret_cast<__half*>(doh) : nullptr;
   if (cudaMemsetAsync(workspace, 0, sizeof(float) * (3 * w.row + w.q + w.pk), st) != cudaSuccess) {
     return last_error("workspace memset");
   }
@@ -1112,12 +1132,24 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
     return last_error("backward preprocess carveout");
   }
-  pre<<<static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows), detail::kPreThreads, 0, st>>>(kp);
+  const unsigned pre_blocks = static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows);
+  pre<<<pre_blocks, detail::kPreThreads, 0, st>>>(kp);
   if (Status s = last_error("backward preprocess (fp16-lowrank)"); !s.ok) return s;
+  if (dos) {  // its second pass: dOh and delta' from the first pass's max |dO_i| per head
+    const auto pre2 = detail::bwd_preprocess_vec_kernel<128, true, true, true>;
+    if (cudaFuncSetAttribute(pre2, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
+      return last_error("backward preprocess carveout");
+    }
+    pre2<<<pre_blocks, detail::kPreThreads, 0, st>>>(kp);
+    if (Status s = last_error("backward preprocess, dOh (fp16-lowrank)"); !s.ok) return s;
+  }
   const dim3 grid((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B);
-  Status s = launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true>, grid,
-                         detail::kWgThreads, detail::bwd_wg_smem_bytes<128, true, false, true, false, false, true>(),
-                         st, "backward main, wgmma, fp16-lowrank", kp, maps);
+  constexpr size_t smem = detail::bwd_wg_smem_bytes<128, true, false, true, false, false, true>();
+  Status s = dos ? launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true, true>,
+                               grid, detail::kWgThreads, smem, st, "backward main, wgmma, fp16-lowrank, 1/l on dO",
+                               kp, maps)
+                 : launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true>,
+                               grid, detail::kWgThreads, smem, st, "backward main, wgmma, fp16-lowrank", kp, maps);
   if (!s.ok) return s;
   constexpr int kPost = 256;
   const int64_t nk = p.B * p.Nk * p.Hkv * p.D / 4;
@@ -1125,8 +1157,9 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
                                (p.H + detail::kH16DqHeads - 1) / detail::kH16DqHeads, p.B),
                           256, 0, st>>>(kp);
   if (Status e = last_error("backward dQ post-pass (fp16-lowrank)"); !e.ok) return e;
-  *kernels = "backward v3.2-h16 (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of ones, "
-             "rank-6 dQ projection)";
+  *kernels = std::string("backward v3.2-h16 (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of "
+                         "ones, rank-6 dQ projection") +
+             (dos ? "; 1/l on dO: dP' = Vh dOh^T, dV = fp16(P^)^T dOh)" : ")");
   if (dkv_direct == 3) return {};
   detail::bwd_postprocess_dkv_kernel<false><<<static_cast<unsigned>((nk + kPost - 1) / kPost), kPost, 0, st>>>(kp);
   return last_error("backward dK/dV postprocess");

@@ -289,6 +289,13 @@ __device__ inline void wgmma_ss_n64_f16(float (&d)[32], uint64_t da, uint64_t db
                : GPROJ_D32_OUT
                : "l"(da), "l"(db));
 }
+// dP'^T = Vh dOh^T (fp16-lowrank with 1 / l on dO's side): A and B K-major, d = A B + (accumulate ? d : 0).
+__device__ inline void wgmma_ss_n64_f16_acc(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GPROJ_D32_REGS ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : GPROJ_D32_OUT
+               : "l"(da), "l"(db), "r"(accumulate));
+}
 __device__ inline void wgmma_ss_n72_f16(float (&d)[36], uint64_t da, uint64_t db) {
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "

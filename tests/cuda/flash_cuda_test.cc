@@ -199,6 +199,14 @@ TEST_P(CudaSweep, Fp16LowRankMatchesOracleAndCpu) {
   test::print_evidence("cpu gproj fp16-lowrank", cpu);
   EXPECT_NE(gpu.bwd.kernels.find("v3.2-h16"), std::string::npos) << gpu.bwd.kernels;
   expect_matches_oracle_and_cpu(gpu, cpu, in.ref, in.oracle, kForward | kBackward, "fp16-lowrank");
+  // 1 / l on dO's side (FlashParams::fp16_dout_side): against its own emulator
+  FlashParams pd = p;
+  pd.fp16_dout_side = true;
+  const VariantRun cpu_d = run_variant(in.s, pd, in.oracle, Device::kCpu);
+  const VariantRun gpu_d = run_variant(in.s, pd, in.oracle, Device::kCuda);
+  test::print_evidence("cuda gproj fp16-lowrank, 1/l on dO", gpu_d);
+  EXPECT_NE(gpu_d.bwd.kernels.find("1/l on dO"), std::string::npos) << gpu_d.bwd.kernels;
+  expect_matches_oracle_and_cpu(gpu_d, cpu_d, in.ref, in.oracle, kForward | kBackward, "fp16-lowrank, 1/l on dO");
 }
 
 TEST_P(CudaSweep, ThreshLowRankMatchesOracleAndCpu) {

@@ -251,8 +251,8 @@ TEST(Fp16LowRankForward, HeadsFarApartInScale) {
 }
 
 // What the CUDA path does not take, refused with a status that says so, before any device call (runs without a
-// GPU): D = 64, a forward without its statistics buffers, a backward without the forward's, the form with 1 / l on
-// dO's side.
+// GPU): D = 64, a forward without its statistics buffers, a backward without the forward's, 1 / l on dO's side
+// for another projection.
 TEST(Fp16LowRankForward, RefusesWhatItDoesNotTake) {
   cuda::Problem p;
   p.B = 1, p.Nq = 64, p.Nk = 64, p.H = 1, p.Hkv = 1, p.D = 128, p.softmax_scale = 0.088f;
@@ -278,13 +278,13 @@ TEST(Fp16LowRankForward, RefusesWhatItDoesNotTake) {
   EXPECT_FALSE(st.ok);
   EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);
   EXPECT_NE(st.message.find("forward_stats"), std::string::npos) << st.message;
-  cuda::Problem dos = p;  // 1 / l on dO's side: the CPU emulator's form only so far
+  cuda::Problem dos = p;  // 1 / l on dO's side: a form of fp16-lowrank only
+  dos.params.projection = Projection::kThreshLowRank;
   dos.params.fp16_dout_side = true;
   st = cuda::backward(dos, t, t, t, t, none, tl, t, t, t, t, dummy, nullptr);
   EXPECT_FALSE(st.ok);
-  EXPECT_EQ(st.code, ErrorCode::kUnsupported);
-  EXPECT_NE(st.message.find("fp16_dout_side (1 / l on dO's side) runs in the CPU emulator only"), std::string::npos)
-      << st.message;
+  EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message.find("is a form of projection fp16-lowrank"), std::string::npos) << st.message;
 }
 
 }  // namespace

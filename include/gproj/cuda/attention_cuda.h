@@ -86,6 +86,7 @@ struct ForwardStatsParts {
   void* qh = nullptr;
   void* kht = nullptr;
   void* o16 = nullptr;
+  void* vh = nullptr;  // with FlashParams::fp16_dout_side: (B, Nk, Hkv, D) FP16, fp16(V s_v) (the backward's dP')
 };
 ForwardStatsParts forward_stats_parts(const Problem& p, void* stats);
 // Whether this problem can take K's basis from the forward (Problem::forward_basis): variant gproj whose projection

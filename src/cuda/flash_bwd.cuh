@@ -37,12 +37,14 @@ constexpr int kPreRows = 64, kPreThreads = 256;
 // Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), each row's
 // r_i accumulator (p.rowsum) is zeroed, and |dO_i| goes to its head's max (p.dmax_bits, an atomic max of the float
 // bits; zeroed before), the bound the main kernel scales dS by.
-// kDoS (kH16 with 1 / l on dO's side, a second pass after the kH16 one): dOh = fp16(dO (1 / l) s_do) into p.doh
-// ((B, Nq, H, D) dense), 1 / l = 2^(M - LSE log2e), M = ceil(LSE log2e), s_do = fp16_head_scale(2 max_i |dO_i|), and
-// delta' = sum_d dOh_d o16_d (in s_v s_do units, the main kernel's dP''s), the same order.
-template <int D, bool kApart = false, bool kH16 = false, bool kDoS = false>
+// kPass (kH16 with 1 / l on dO's side, two passes): 1, the max |dO_i| per head and r_i zeroed alone (no O, no
+// delta); 2, dOh = fp16(dO (1 / l) s_do) into p.doh ((B, Nq, H, D) dense), 1 / l = 2^(M - LSE log2e), M = ceil(LSE
+// log2e), s_do = fp16_head_scale(2 max_i |dO_i|), and delta' = sum_d dOh_d o16_d (in s_v s_do / l units, the main
+// kernel's dP''s), the same order.
+template <int D, bool kApart = false, bool kH16 = false, int kPass = 0>
 __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
-  static_assert(!kDoS || kH16, "1 / l on dO's side is a form of fp16-lowrank");
+  static_assert(kPass == 0 || kH16, "1 / l on dO's side is a form of fp16-lowrank");
+  constexpr bool kDoS = kPass == 2, kMaxOnly = kPass == 1;
   constexpr int kWords = D / 2 + 1, kChunks = D / 8;
   __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];
   __shared__ int64_t base_o[kPreRows], base_d[kPreRows], out_row[kPreRows];
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     const auto* o = kH16 ? reinterpret_cast<const __nv_bfloat16*>(p.o16) + base_o[r]
                          : static_cast<const __nv_bfloat16*>(p.o.data) + base_o[r];  // (kH16: FP16 bits)
     const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + base_d[r];
-    const uint4 vo = reinterpret_cast<const uint4*>(o)[c];
+    const uint4 vo = kMaxOnly ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4*>(o)[c];
     uint4 vd = reinterpret_cast<const uint4*>(d)[c];
     if constexpr (kDoS) {  // dOh's chunk: fp16(dO (1 / l) s_do), to p.doh and (for delta') to shared memory
       const float f = s_dof[r];
@@ -117,7 +119,9 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
   } else if constexpr (kH16) {
     const int64_t row = out_row[r];
     const int bh = static_cast<int>(row / p.Nq), b = bh / p.H, hk = (bh % p.H) / (p.H / p.Hkv);
-    p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
+    if constexpr (!kMaxOnly) {
+      p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
+    }
     p.rowsum[row] = 0.0f;
     atomicMax(p.dmax_bits + bh, __float_as_uint(sqrtf(sq)));
   } else {

@@ -606,8 +606,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const uint64_t o_desc = wg_desc_advance_lo(o_kd, st_off + kb * BQ * 64 + kin * 16);
         if constexpr (kH16) {  // A = Kh from Kh^T (MN-major): D-rows 16 (4 kb + kin) at row 72 kb + 16 kin
           wgmma_ss_n64_f16_ta(s, wg_desc_advance_lo(kt_mn, (kb * 72 + kin * 16) * 64), q_desc, kb + kin != 0);
-          if constexpr (kDoS) {  // dP' = Vh dOh^T
-            wgmma_ss_n64_f16_acc(dp, wg_desc_advance_lo(v_kd, kb * BK * 64 + kin * 16), o_desc, kb + kin != 0);
+          if constexpr (kDoS) {  // dP' = Vh dOh^T (the first step write-only, as dP's)
+            if (kb + kin == 0) {
+              wgmma_ss_n64_f16_first(dp, v_kd, o_desc);
+            } else {
+              wgmma_ss_n64_f16_acc(dp, wg_desc_advance_lo(v_kd, kb * BK * 64 + kin * 16), o_desc, 1);
+            }
           } else if (kb + kin == 0) {
             wgmma_ss_n64_first(dp, v_kd, o_desc);
           } else {

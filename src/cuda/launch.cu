@@ -1128,7 +1128,9 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
     return last_error("workspace memset");
   }
   const int64_t rows = p.B * p.H * p.Nq;
-  const auto pre = detail::bwd_preprocess_vec_kernel<128, true, true>;  // carveout apart, as gproj's (v3.40)
+  // carveout apart, as gproj's (v3.40); with 1 / l on dO's side its first pass takes only max |dO_i|
+  const auto pre = dos ? detail::bwd_preprocess_vec_kernel<128, true, true, 1>
+                       : detail::bwd_preprocess_vec_kernel<128, true, true>;
   if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
     return last_error("backward preprocess carveout");
   }
@@ -1136,7 +1138,7 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   pre<<<pre_blocks, detail::kPreThreads, 0, st>>>(kp);
   if (Status s = last_error("backward preprocess (fp16-lowrank)"); !s.ok) return s;
   if (dos) {  // its second pass: dOh and delta' from the first pass's max |dO_i| per head
-    const auto pre2 = detail::bwd_preprocess_vec_kernel<128, true, true, true>;
+    const auto pre2 = detail::bwd_preprocess_vec_kernel<128, true, true, 2>;
     if (cudaFuncSetAttribute(pre2, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
       return last_error("backward preprocess carveout");
     }

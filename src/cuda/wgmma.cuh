@@ -296,6 +296,15 @@ __device__ inline void wgmma_ss_n64_f16_acc(float (&d)[32], uint64_t da, uint64_
                : GPROJ_D32_OUT
                : "l"(da), "l"(db), "r"(accumulate));
 }
+__device__ inline void wgmma_ss_n64_f16_first(float (&d)[32], uint64_t da, uint64_t db) {  // d = A B (write-only)
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GPROJ_D32_REGS ", %32, %33, 0, 1, 1, 0, 0;\n"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+                 "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+                 "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]),
+                 "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]),
+                 "=f"(d[30]), "=f"(d[31])
+               : "l"(da), "l"(db));
+}
 __device__ inline void wgmma_ss_n72_f16(float (&d)[36], uint64_t da, uint64_t db) {
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "

@@ -37,14 +37,13 @@ constexpr int kPreRows = 64, kPreThreads = 256;
 // Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), each row's
 // r_i accumulator (p.rowsum) is zeroed, and |dO_i| goes to its head's max (p.dmax_bits, an atomic max of the float
 // bits; zeroed before), the bound the main kernel scales dS by.
-// kPass (kH16 with 1 / l on dO's side, two passes): 1, the max |dO_i| per head and r_i zeroed alone (no O, no
-// delta); 2, dOh = fp16(dO (1 / l) s_do) into p.doh ((B, Nq, H, D) dense), 1 / l = 2^(M - LSE log2e), M = ceil(LSE
-// log2e), s_do = fp16_head_scale(2 max_i |dO_i|), and delta' = sum_d dOh_d o16_d (in s_v s_do / l units, the main
-// kernel's dP''s), the same order.
-template <int D, bool kApart = false, bool kH16 = false, int kPass = 0>
+// kDoS (kH16 with 1 / l on dO's side; after h16_dout_max_kernel below, which forms max |dO_i| per head): dOh =
+// fp16(dO (1 / l) s_do) into p.doh ((B, Nq, H, D) dense), 1 / l = 2^(M - LSE log2e), M = ceil(LSE log2e), s_do =
+// fp16_head_scale(2 max_i |dO_i|), and delta' = sum_d dOh_d o16_d (in s_v s_do / l units, the main kernel's dP''s),
+// the same order.
+template <int D, bool kApart = false, bool kH16 = false, bool kDoS = false>
 __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const KernelParams p) {
-  static_assert(kPass == 0 || kH16, "1 / l on dO's side is a form of fp16-lowrank");
-  constexpr bool kDoS = kPass == 2, kMaxOnly = kPass == 1;
+  static_assert(!kDoS || kH16, "1 / l on dO's side is a form of fp16-lowrank");
   constexpr int kWords = D / 2 + 1, kChunks = D / 8;
   __shared__ uint32_t so[kPreRows * kWords], sd[kPreRows * kWords];
   __shared__ int64_t base_o[kPreRows], base_d[kPreRows], out_row[kPreRows];
@@ -76,7 +75,7 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     const auto* o = kH16 ? reinterpret_cast<const __nv_bfloat16*>(p.o16) + base_o[r]
                          : static_cast<const __nv_bfloat16*>(p.o.data) + base_o[r];  // (kH16: FP16 bits)
     const auto* d = static_cast<const __nv_bfloat16*>(p.dout.data) + base_d[r];
-    const uint4 vo = kMaxOnly ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4*>(o)[c];
+    const uint4 vo = reinterpret_cast<const uint4*>(o)[c];
     uint4 vd = reinterpret_cast<const uint4*>(d)[c];
     if constexpr (kDoS) {  // dOh's chunk: fp16(dO (1 / l) s_do), to p.doh and (for delta') to shared memory
       const float f = s_dof[r];
@@ -119,14 +118,54 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
   } else if constexpr (kH16) {
     const int64_t row = out_row[r];
     const int bh = static_cast<int>(row / p.Nq), b = bh / p.H, hk = (bh % p.H) / (p.H / p.Hkv);
-    if constexpr (!kMaxOnly) {
-      p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
-    }
+    p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
     p.rowsum[row] = 0.0f;
     atomicMax(p.dmax_bits + bh, __float_as_uint(sqrtf(sq)));
   } else {
     p.delta[out_row[r]] = acc;
   }
+}
+
+// fp16-lowrank with 1 / l on dO's side, the preprocess's first pass: max_i |dO_i| per head into p.dmax_bits (an
+// atomic max of float bits, zeroed before), token-major as the conversion pass's absmax (convert_fp16.cuh): a
+// thread keeps one 16-byte chunk c of the (B, Nq, H, D) rows (its head c / (D / 8)) and walks kDoutMaxTokens
+// tokens, a row's norm summed over the head's D / 8 lanes. (Run 6's first pass, bwd_preprocess_vec_kernel's one
+// thread a row through shared memory without O, took 36 us for these 64 MB at D = 128, N = 4k under ncu, session 44.)
+// grid (ceil(H D / 8 / blockDim.x), ceil(Nq / kDoutMaxTokens), B), blockDim.x = min(256, H D / 8 rounded up to 32).
+constexpr int kDoutMaxTokens = 32;
+template <int D>
+__global__ void __launch_bounds__(256) h16_dout_max_kernel(const KernelParams p) {
+  constexpr int hc = D / 8;
+  static_assert(32 % hc == 0, "a head's chunks are lanes of one warp");
+  const int b = blockIdx.z, n0 = blockIdx.y * kDoutMaxTokens, cpr = p.H * hc;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool in = c < cpr;  // (whole head groups: blockDim and cpr are multiples of hc)
+  const auto* base = static_cast<const __nv_bfloat16*>(p.dout.data) + b * p.dout.s0 + (c / hc) * p.dout.s2 +
+                     (c % hc) * 8;
+  const int tokens = min(kDoutMaxTokens, p.Nq - n0);
+  float nmax = 0.0f;
+  constexpr int kPer = 8;
+  for (int t0 = 0; t0 < tokens; t0 += kPer) {
+    uint4 w[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      w[u] = in && t0 + u < tokens
+                 ? *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(n0 + t0 + u) * p.dout.s1)
+                 : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      float sq = 0.0f;
+      for (uint32_t x : {w[u].x, w[u].y, w[u].z, w[u].w}) {
+        sq = fmaf(__uint_as_float(x << 16), __uint_as_float(x << 16), sq);
+        sq = fmaf(__uint_as_float(x & 0xFFFF0000u), __uint_as_float(x & 0xFFFF0000u), sq);
+      }
+#pragma unroll
+      for (int o = 1; o < hc; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      nmax = fmaxf(nmax, sqrtf(sq));
+    }
+  }
+  if (in && (threadIdx.x & (hc - 1)) == 0) atomicMax(p.dmax_bits + b * p.H + c / hc, __float_as_uint(nmax));
 }
 
 // Dynamic shared memory: sK, sQ (rows, D+1), sV, sdO (rows, D+1), sP, sdS (BQ, BK+1), sL, sDelta (BQ).

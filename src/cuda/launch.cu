@@ -1128,17 +1128,22 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
     return last_error("workspace memset");
   }
   const int64_t rows = p.B * p.H * p.Nq;
-  // carveout apart, as gproj's (v3.40); with 1 / l on dO's side its first pass takes only max |dO_i|
-  const auto pre = dos ? detail::bwd_preprocess_vec_kernel<128, true, true, 1>
-                       : detail::bwd_preprocess_vec_kernel<128, true, true>;
-  if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
-    return last_error("backward preprocess carveout");
-  }
   const unsigned pre_blocks = static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows);
-  pre<<<pre_blocks, detail::kPreThreads, 0, st>>>(kp);
+  if (dos) {  // 1 / l on dO's side: the first pass takes only max |dO_i| per head (r_i is zeroed above)
+    const int cpr = static_cast<int>(p.H * p.D / 8), threads = std::min(256, (cpr + 31) / 32 * 32);
+    detail::h16_dout_max_kernel<128><<<dim3((cpr + threads - 1) / threads,
+                                            (p.Nq + detail::kDoutMaxTokens - 1) / detail::kDoutMaxTokens, p.B),
+                                       threads, 0, st>>>(kp);
+  } else {
+    const auto pre = detail::bwd_preprocess_vec_kernel<128, true, true>;  // carveout apart, as gproj's (v3.40)
+    if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
+      return last_error("backward preprocess carveout");
+    }
+    pre<<<pre_blocks, detail::kPreThreads, 0, st>>>(kp);
+  }
   if (Status s = last_error("backward preprocess (fp16-lowrank)"); !s.ok) return s;
   if (dos) {  // its second pass: dOh and delta' from the first pass's max |dO_i| per head
-    const auto pre2 = detail::bwd_preprocess_vec_kernel<128, true, true, 2>;
+    const auto pre2 = detail::bwd_preprocess_vec_kernel<128, true, true, true>;
     if (cudaFuncSetAttribute(pre2, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
       return last_error("backward preprocess carveout");
     }

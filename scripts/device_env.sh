@@ -39,8 +39,10 @@ run_sanitizers() {
 
 # The small cases of every kernel path, for compute-sanitizer (device_check.sh, device_candidate_tests.sh): the
 # default and wide backward, thresh-lowrank on v3.1 (D = 64) and v3.2 (D = 128: its in-kernel K U and the per-key
-# dK table), (odd row count) pweighted and thresh-lowrank, and fp16-lowrank's conversion pass.
+# dK table), (odd row count) pweighted and thresh-lowrank, and fp16-lowrank's conversion pass and backward (both
+# forms: 1/l on P and on dO's side).
 small_cases='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Awkward/CudaSweep.ThreshLowRankMatchesOracleAndCpu/q97_k97_h2x2_d128*:'
+small_cases+='Awkward/CudaSweep.Fp16LowRankMatchesOracleAndCpu/q97_k97_h2x2_d128*:'
 small_cases+='Cuda.OddRowCountKeepsTheWorkspaceAligned:Cuda.WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators:'
 small_cases+='ConvertFp16.ScalesAndEveryElementMatchTheCpu:Fp16LowRankForward.HeadsFarApartInScale'
 

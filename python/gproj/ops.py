@@ -17,15 +17,24 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, so
     dk_compensation_rank is only carried (the backward uses it). basis: on CUDA, K's basis for gproj's
     thresh-lowrank projection is formed beside the forward kernel and handed to the backward, which then skips
     its own basis pre-passes (the same gradients, a faster backward; docs/gproj-forward-basis.md); n is
-    _C.basis_numel(B, Hkv, D, variant, projection), 0 where it does not apply."""
+    _C.basis_numel(B, Hkv, D, variant, projection), 0 where it does not apply. Projection fp16-lowrank on CUDA:
+    the fourth output is its forward's statistics and FP16 copies, which its backward needs (n =
+    _C.stats_numel(B, Nq, Nk, H, Hkv, D, variant, projection)), whatever `basis` says."""
     check_attention_args(q, k, v, softmax_scale, variant, projection)
     return _C.forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, basis)
 
 
 def _basis_shape(q, k, variant, projection, basis):
     """The basis's shape as _forward returns it: B Hkv D 8 floats on CUDA where it applies. B and Hkv may be
-    symbolic under torch.compile (dynamic shapes), so only D (a head dim: static) reaches the binding."""
-    if not basis or q.device.type != "cuda":
+    symbolic under torch.compile (dynamic shapes), so only D (a head dim: static) reaches the binding. Projection
+    fp16-lowrank on CUDA: its forward's statistics, always (_C.stats_numel; its shapes are made concrete, so
+    torch.compile specialises on them)."""
+    if q.device.type != "cuda":
+        return (0,)
+    if variant == "gproj" and projection == "fp16-lowrank":
+        B, Nq, H, D = (int(x) for x in q.shape)
+        return (_C.stats_numel(B, Nq, int(k.shape[1]), H, int(k.shape[2]), D, variant, projection),)
+    if not basis:
         return (0,)
     per_head = _C.basis_numel(1, 1, int(k.shape[3]), variant, projection)
     return (k.shape[0] * k.shape[2] * per_head,) if per_head else (0,)

@@ -141,20 +141,44 @@ int64_t basis_numel(int64_t B, int64_t Hkv, int64_t D, const FlashParams& p) {
   return static_cast<int64_t>(gproj::cuda::forward_basis_bytes(pr) / sizeof(float));
 }
 
+// Projection fp16-lowrank on CUDA: FP32 elements of the forward's statistics and FP16 copies that its backward
+// reads (cuda::forward_stats_bytes / 4, docs/design-fp16-projection.md); 0 for every other variant and projection.
+// The op carries them in the basis slot, whether or not a backward follows (the forward writes them either way).
+int64_t stats_numel(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, const FlashParams& p) {
+  if (gproj::effective_projection(p) != gproj::Projection::kFp16LowRank) return 0;
+  gproj::cuda::Problem pr;
+  pr.B = B, pr.Nq = Nq, pr.Nk = Nk, pr.H = H, pr.Hkv = Hkv, pr.D = static_cast<int>(D);
+  pr.softmax_scale = 1.0f;
+  pr.params = p;
+  return static_cast<int64_t>(gproj::cuda::forward_stats_bytes(pr) / sizeof(float));
+}
+
 // basis: form K's basis beside the forward kernel and return it (empty where it does not apply). Where k's rows
 // are not 16-byte aligned it is not formed; the backward then forms it itself (the same test on the same k).
+// fp16-lowrank: the slot carries its forward's statistics instead (stats_numel), always.
 Tensors4 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashParams& p,
                       bool basis) {
   require_cuda();
-  if (gproj::effective_projection(p) == gproj::Projection::kFp16LowRank) {
-    throw Error(ErrorCode::kUnsupported,
-                "projection fp16-lowrank runs on CPU tensors only in this op so far: its CUDA kernels exist "
-                "(`gproj check --device cuda --projection fp16-lowrank` runs them) but this op does not yet keep "
-                "their forward's statistics for the backward (docs/design-fp16-projection.md); on CUDA take the "
-                "default projection (thresh-lowrank)");
-  }
   const c10::cuda::CUDAGuard guard(q.device());
   gproj::cuda::Problem pr = problem_of(q, k, v, p);
+  if (gproj::effective_projection(p) == gproj::Projection::kFp16LowRank) {
+    const int64_t n = static_cast<int64_t>(gproj::cuda::forward_stats_bytes(pr) / sizeof(float));
+    if (n == 0) {
+      throw Error(ErrorCode::kUnsupported, "projection fp16-lowrank on CUDA takes D = 128 so far (its D = 64 kernels "
+                                           "are not written), got D = " + std::to_string(pr.D));
+    }
+    at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
+    at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
+    at::Tensor o_fp32 = needs_o_fp32(p) ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
+    at::Tensor stats = at::empty({n}, lse.options());
+    at::Tensor scratch =
+        at::empty({static_cast<int64_t>(gproj::cuda::forward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
+    pr.forward_stats = stats.data_ptr();
+    pr.forward_workspace = scratch.data_ptr();
+    check(gproj::cuda::forward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
+                               device_tensor(lse), device_tensor(o_fp32), at::cuda::getCurrentCUDAStream().stream()));
+    return {o, o_fp32, lse, stats};  // (scratch: the caching allocator keeps it until the stream is past it)
+  }
   at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
   at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
   at::Tensor o_fp32 = needs_o_fp32(p) ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
@@ -177,7 +201,15 @@ Tensors3 cuda_backward(const at::Tensor& dout, const at::Tensor& q, const at::Te
   require_cuda();
   const c10::cuda::CUDAGuard guard(q.device());
   gproj::cuda::Problem pr = problem_of(q, k, v, p);
-  if (basis.numel() > 0) {  // K's basis from the forward (cuda_forward formed it where k's rows are aligned)
+  if (gproj::effective_projection(p) == gproj::Projection::kFp16LowRank) {  // its forward's statistics, required
+    const int64_t n = static_cast<int64_t>(gproj::cuda::forward_stats_bytes(pr) / sizeof(float));
+    if (n == 0 || basis.numel() != n) {
+      throw Error(ErrorCode::kShape, "projection fp16-lowrank's CUDA backward needs its forward's statistics (the "
+                                     "forward's fourth output, " + std::to_string(n) + " elements for these shapes), "
+                                     "got " + std::to_string(basis.numel()));
+    }
+    pr.forward_stats = const_cast<void*>(basis.const_data_ptr());
+  } else if (basis.numel() > 0) {  // K's basis from the forward (cuda_forward formed it where k's rows are aligned)
     const int64_t n = basis_numel(pr.B, pr.Hkv, pr.D, p);
     if (basis.numel() != n) {
       throw Error(ErrorCode::kShape, "basis has " + std::to_string(basis.numel()) + " elements but this problem's "
@@ -223,6 +255,8 @@ Tensors3 cuda_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, 
 }
 
 int64_t basis_numel(int64_t, int64_t, int64_t, const FlashParams&) { return 0; }
+
+int64_t stats_numel(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const FlashParams&) { return 0; }
 
 std::tuple<bool, std::string> cuda_status() { return {false, kWithoutCuda}; }
 
@@ -361,6 +395,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "elements of K's basis that the CUDA forward returns for these shapes when asked (0 where it does not apply "
       "or without CUDA kernels)",
       py::arg("B"), py::arg("Hkv"), py::arg("D"), py::arg("variant"), py::arg("projection") = py::none());
+  m.def(
+      "stats_numel",
+      [](int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, const std::string& variant,
+         const std::optional<std::string>& projection) {
+        return stats_numel(B, Nq, Nk, H, Hkv, D, params_of(false, std::nullopt, variant, projection));
+      },
+      "elements (FP32) of the forward's statistics that projection fp16-lowrank's CUDA forward returns in the basis "
+      "slot for these shapes (0 where it does not apply or without CUDA kernels)",
+      py::arg("B"), py::arg("Nq"), py::arg("Nk"), py::arg("H"), py::arg("Hkv"), py::arg("D"), py::arg("variant"),
+      py::arg("projection") = py::none());
   m.def("supports_head_dim", &gproj::cpu_supports_head_dim, "whether the kernels accept head dimension D",
         py::arg("D"));
   m.def("cuda_status", &cuda_status, "(available, why not)");

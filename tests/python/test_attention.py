@@ -396,6 +396,33 @@ def test_cuda_forward_forms_k_basis_for_the_backward():
 @pytest.mark.cuda
 @needs_cuda_device
 @needs_cuda_kernels
+def test_cuda_fp16_lowrank_within_derived_tolerance():
+    # Projection fp16-lowrank on CUDA (D = 128; docs/design-fp16-projection.md): the forward's statistics and FP16
+    # copies travel to the backward in the fourth output, sized by _C.stats_numel; the gradients stay within the
+    # derived tolerance and close to the CPU emulator's; D = 64 is refused with the reason.
+    fp16 = functools.partial(gproj.attention, projection="fp16-lowrank")
+    (q, k, v, do, causal, scale), ref, tol = case_data("nq_lt_nk_full_d128")
+    qc, kc, vc, doc = (t.cuda() for t in (q, k, v, do))
+    out = run_gproj("gproj", qc, kc, vc, doc, causal, scale, fp16)
+    cpu = run_gproj("gproj", q, k, v, do, causal, scale, fp16)
+    err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+    for f in FIELDS:
+        assert err[f] <= tol[f], f"cuda fp16-lowrank {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+        assert rel_err(out[f].cpu(), cpu[f].double()) <= tol[f], f"cuda against the CPU emulator, {f}"
+    B, Nq, H, D = q.shape
+    args = (qc, kc, vc, causal, scale, "gproj", None, "fp16-lowrank", None, True)
+    *_, stats = ops.attention_forward(*args)
+    assert stats.shape == (gproj._C.stats_numel(B, Nq, k.shape[1], H, k.shape[2], D, "gproj", "fp16-lowrank"),)
+    assert stats.numel() > 0
+    torch.library.opcheck(ops.attention_forward, args)
+    (q, k, v, _, causal, _), _, _ = case_data("gqa_causal")
+    with pytest.raises(ValueError, match="takes D = 128"):
+        gproj.attention(q.cuda(), k.cuda(), v.cuda(), causal=causal, projection="fp16-lowrank")
+
+
+@pytest.mark.cuda
+@needs_cuda_device
+@needs_cuda_kernels
 def test_cuda_default_projection_on_misaligned_rows_is_a_clear_error():
     (q, k, v, do, causal, scale), _, _ = case_data("gqa_causal")
     qm, km, vm = (misaligned_copy(t.cuda()).requires_grad_() for t in (q, k, v))
@@ -432,17 +459,14 @@ def test_fwdfix_max_shift_caps_the_lift_and_inf_is_the_published_rule():
 
 def test_projection_by_name_within_derived_tolerance():
     (q, k, v, do, causal, scale), ref, tol = case_data("gqa_causal")
-    projections = ("pweighted", "thresh-lowrank", "uniform") + (("fp16-lowrank",) if q.device.type == "cpu" else ())
-    for projection in projections:  # fp16-lowrank: the CPU emulator only (docs/design-fp16-projection.md)
+    for projection in ("pweighted", "thresh-lowrank", "uniform", "fp16-lowrank"):  # (CUDA: test_cuda_fp16_lowrank_*)
         out = run_gproj("gproj", q, k, v, do, causal, scale,
                         attention=lambda *a, p=projection: gproj.attention(*a, projection=p))
         err = errors(out, ref)
         for f in FIELDS:
             assert err[f] <= tol[f], f"{projection} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
-    if q.device.type == "cuda":  # its CUDA backward is not written yet: refused with a reason, not run wrong
-        with pytest.raises(ValueError, match="fp16-lowrank runs on CPU tensors only"):
-            gproj.attention(q, k, v, causal=causal, projection="fp16-lowrank")
     assert "thresh-lowrank" in gproj.PROJECTIONS
+    assert gproj._C.stats_numel(1, 64, 64, 2, 2, 128, "gproj") == 0  # (only fp16-lowrank's CUDA forward has them)
     # The fake (meta) implementation sizes o_fp32 from the variant and the projection, as the real one does.
     assert gproj._C.needs_o_fp32("gproj", "fp16-lowrank") and not gproj._C.needs_o_fp32("gproj")
     with pytest.raises(ValueError, match="unknown projection 'fast'"):

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Session 44, run 9 (device tool; carry [".gproj_commit", ".prebuilt"] from scripts/device_prebuild.sh at the commit
+# README.md lists): the PyTorch op with projection fp16-lowrank on CUDA tensors, first run: the whole
+# tests/python/test_attention.py (CUDA included) with the prebuilt extension.
+set -uo pipefail
+out="${OUT:-/tmp/gproj-out}"
+mkdir -p "$out"
+source scripts/device_env.sh
+[ -n "$prebuilt" ] || { echo "run9: .prebuilt is not for $GPROJ_COMMIT" >&2; exit 1; }
+install_prebuilt_extension
+PYTHONPATH=python timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_attention.py >"$out/pytest.log" 2>&1
+echo "== pytest: rc=$?"
+grep -E "passed|failed|FAILED|Error|assert" "$out/pytest.log" | tail -15

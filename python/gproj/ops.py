@@ -44,7 +44,9 @@ def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None
                   dk_compensation_rank=None, basis=False):
     check_attention_args(q, k, v, softmax_scale, variant, projection)
     B, Nq, H, D = q.shape
-    o_fp32_shape = (B, Nq, H, D) if _C.needs_o_fp32(variant, projection) else (0,)
+    # (fp16-lowrank's CUDA backward reads the FP16 O its forward keeps in the statistics, not the FP32 O)
+    h16_cuda = q.device.type == "cuda" and variant == "gproj" and projection == "fp16-lowrank"
+    o_fp32_shape = (B, Nq, H, D) if _C.needs_o_fp32(variant, projection) and not h16_cuda else (0,)
     return (q.new_empty((B, Nq, H, D)), q.new_empty(o_fp32_shape, dtype=torch.float32),
             q.new_empty((B, H, Nq), dtype=torch.float32),
             q.new_empty(_basis_shape(q, k, variant, projection, basis), dtype=torch.float32))

@@ -836,6 +836,28 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     kp.gram = static_cast<float*>(p.forward_workspace);
     const dim3 tgrid((p.Nk + detail::kBwdBlock - 1) / detail::kBwdBlock, p.Hkv, p.B);
     if (h16) {  // the FP16 copies (the forward reads vh through maps.v), K's basis, the FP16 K U tiles
+      // Every word of forward_stats defined, so that the same inputs give the same bytes (a caller may compare or
+      // hash them: torch's opcheck does): the small regions zeroed before their kernels write them (the records'
+      // padding rows, u's unused columns), and the line tails of the FP16 copies, which the kernels fill up to
+      // their exact sizes.
+      {
+        const StatsLayout l = stats_layout(p);
+        float* base = static_cast<float*>(p.forward_stats);
+        if (cudaMemsetAsync(base, 0, sizeof(float) * (l.rows + l.u + l.ku + l.tiles + l.scales), st) != cudaSuccess) {
+          return last_error("forward statistics memset");
+        }
+        float* region = base + l.rows + l.u + l.ku + l.tiles + l.scales;
+        const size_t qo = static_cast<size_t>(p.B * p.Nq * p.H * p.D), kt = static_cast<size_t>(p.B * p.Hkv * p.D),
+                     vk = static_cast<size_t>(p.B * p.Nk * p.Hkv * p.D);
+        for (const auto& [words, halves] : {std::pair<size_t, size_t>{l.qh, qo}, {l.kht, kt * fp16_kht_ld(p)},
+                                            {l.o16, qo}, {l.vhk, vk}}) {
+          const size_t used = (halves + 1) / 2;
+          if (words > used && cudaMemsetAsync(region + used, 0, sizeof(float) * (words - used), st) != cudaSuccess) {
+            return last_error("forward statistics memset");
+          }
+          region += words;
+        }
+      }
       const Fp16Copies c = fp16_copies(p, p.forward_stats, p.forward_workspace);
       kp.o16_out = static_cast<__half*>(c.o16);
       Status s = convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st);

@@ -169,7 +169,7 @@ Tensors4 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     }
     at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
     at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
-    at::Tensor o_fp32 = needs_o_fp32(p) ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
+    at::Tensor o_fp32 = empty_fp32(q);  // (its CUDA backward reads the FP16 O in the statistics instead)
     at::Tensor stats = at::empty({n}, lse.options());
     at::Tensor scratch =
         at::empty({static_cast<int64_t>(gproj::cuda::forward_workspace_bytes(pr))}, q.options().dtype(at::kByte));

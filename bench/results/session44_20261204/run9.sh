@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 44, run 9 (device tool; carry [".gproj_commit", ".prebuilt"] from scripts/device_prebuild.sh at the commit
-# README.md lists): the PyTorch op with projection fp16-lowrank on CUDA tensors, first run: the whole
+# README.md lists): the PyTorch op with projection fp16-lowrank on CUDA tensors (run 10: after run 9 its forward
+# returns no FP32 O there, which the wgmma forward never writes, and every word of its statistics defined): the whole
 # tests/python/test_attention.py (CUDA included) with the prebuilt extension.
 set -uo pipefail
 out="${OUT:-/tmp/gproj-out}"

@@ -53,6 +53,9 @@ def make_impls(device):
     # gproj-gproj runs the default projection (thresh-lowrank); the exact form beside it for the overhead table
     impls["gproj-pweighted"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
                                                                    projection="pweighted")
+    # the lead form (docs/design-fp16-projection.md; CUDA: D = 128 only, elsewhere an error row)
+    impls["gproj-fp16-lowrank"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
+                                                                      projection="fp16-lowrank")
     backends = SDPA_BACKENDS if device == "cuda" else ["MATH"]
     for name in backends:
         backend = getattr(torch.nn.attention.SDPBackend, name)
@@ -104,7 +107,7 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0):
     by = {r["impl"]: r for r in rows if "error" not in r}
     if "gproj-baseline" in by:
         for r in rows:
-            if r["impl"] in ("gproj-gproj", "gproj-pweighted") and r["impl"] in by:
+            if r["impl"] in ("gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank") and r["impl"] in by:
                 r["gproj_bwd_overhead"], r["gproj_step_overhead"] = overheads(r, by["gproj-baseline"])
     return rows
 

@@ -12,12 +12,14 @@ def test_smoke_run_writes_a_report(tmp_path):
     report = json.loads(out.read_text())
     assert {"date_utc", "command", "torch", "gproj"} <= set(report["env"])
     impls = {r["impl"] for r in report["results"]}
-    assert impls == {"gproj-baseline", "gproj-fwdfix", "gproj-gproj", "gproj-pweighted", "sdpa-math"}
+    assert impls == {"gproj-baseline", "gproj-fwdfix", "gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank",
+                     "sdpa-math"}
     for r in report["results"]:
         assert "error" not in r, r
         assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0
-    assert {r["impl"] for r in report["results"] if "gproj_bwd_overhead" in r} == {"gproj-gproj", "gproj-pweighted"}
-    assert {r["impl"] for r in report["results"] if "gproj_step_overhead" in r} == {"gproj-gproj", "gproj-pweighted"}
+    with_overhead = {"gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank"}
+    assert {r["impl"] for r in report["results"] if "gproj_bwd_overhead" in r} == with_overhead
+    assert {r["impl"] for r in report["results"] if "gproj_step_overhead" in r} == with_overhead
     # the smoke shape (D = 64, N = 128) is outside the bar's shapes: a summary row each way, neither covered
     assert [(b["D"], b["N"], b["causal"]) for b in report["bar"]] == [(64, 128, False), (64, 128, True)]
     assert not any(b["covered"] for b in report["bar"])

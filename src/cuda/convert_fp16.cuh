@@ -71,17 +71,13 @@ __global__ void __launch_bounds__(kConvertThreads) fp16_absmax_kernel(const Conv
     }
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      float sq = 0.0f;
       for (uint32_t v : {w[u].x, w[u].y, w[u].z, w[u].w}) {
-        sq = fmaf(__uint_as_float(v << 16), __uint_as_float(v << 16), sq);
-        sq = fmaf(__uint_as_float(v & 0xFFFF0000u), __uint_as_float(v & 0xFFFF0000u), sq);
         v &= 0x7FFF7FFFu;
         v &= ~__vcmpgtu2(v, 0x7F807F80u);  // NaN halves -> 0
         m = __vmaxu2(m, v);
       }
       if (norms) {  // (uniform per CTA) the token's row of this head: a sum over the head's hc lanes
-        for (int o = 1; o < hc; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-        nmax = fmaxf(nmax, sqrtf(sq));
+        nmax = fmaxf(nmax, lanes_row_norm(bf16_chunk_sumsq(w[u]), hc));
       }
     }
   }

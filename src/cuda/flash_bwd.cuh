@@ -154,16 +154,7 @@ __global__ void __launch_bounds__(256) h16_dout_max_kernel(const KernelParams p)
                  : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      float sq = 0.0f;
-      for (uint32_t x : {w[u].x, w[u].y, w[u].z, w[u].w}) {
-        sq = fmaf(__uint_as_float(x << 16), __uint_as_float(x << 16), sq);
-        sq = fmaf(__uint_as_float(x & 0xFFFF0000u), __uint_as_float(x & 0xFFFF0000u), sq);
-      }
-#pragma unroll
-      for (int o = 1; o < hc; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-      nmax = fmaxf(nmax, sqrtf(sq));
-    }
+    for (int u = 0; u < kPer; ++u) nmax = fmaxf(nmax, lanes_row_norm(bf16_chunk_sumsq(w[u]), hc));
   }
   if (in && (threadIdx.x & (hc - 1)) == 0) atomicMax(p.dmax_bits + b * p.H + c / hc, __float_as_uint(nmax));
 }

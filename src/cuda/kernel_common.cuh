@@ -235,6 +235,23 @@ __device__ __forceinline__ float fp16_ds_scale(float dmax, float vmax) {
   return ldexpf(1.0f, max(-126, min(126, 14 - c)));
 }
 
+// The sum of squares of a 16-byte chunk's eight BF16 values, in their order (one FFMA each): a row norm's part, for
+// the conversion pass's max |V_j| and fp16-lowrank's max |dO_i| (token-major kernels, a row's chunks on lanes).
+__device__ __forceinline__ float bf16_chunk_sumsq(uint4 w) {
+  float sq = 0.0f;
+  for (uint32_t x : {w.x, w.y, w.z, w.w}) {
+    sq = fmaf(__uint_as_float(x << 16), __uint_as_float(x << 16), sq);
+    sq = fmaf(__uint_as_float(x & 0xFFFF0000u), __uint_as_float(x & 0xFFFF0000u), sq);
+  }
+  return sq;
+}
+// A row's norm from the parts held by `lanes` consecutive lanes (a power of two up to 32, the group aligned): every
+// lane of the group gets it. All 32 lanes of the warp take part.
+__device__ __forceinline__ float lanes_row_norm(float sq, int lanes) {
+  for (int o = 1; o < lanes; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  return sqrtf(sq);
+}
+
 // The FP16 copies' power of two for a largest magnitude m (cpu::fp16_head_scale): m s in [2^14, 2^15), the exponent
 // within +-126; 1 for a zero or non-finite m.
 __device__ __forceinline__ float fp16_head_scale(float m) {

@@ -161,34 +161,27 @@ Tensors4 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   require_cuda();
   const c10::cuda::CUDAGuard guard(q.device());
   gproj::cuda::Problem pr = problem_of(q, k, v, p);
-  if (gproj::effective_projection(p) == gproj::Projection::kFp16LowRank) {
-    const int64_t n = static_cast<int64_t>(gproj::cuda::forward_stats_bytes(pr) / sizeof(float));
-    if (n == 0) {
-      throw Error(ErrorCode::kUnsupported, "projection fp16-lowrank on CUDA takes D = 128 so far (its D = 64 kernels "
-                                           "are not written), got D = " + std::to_string(pr.D));
-    }
-    at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
-    at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
-    at::Tensor o_fp32 = empty_fp32(q);  // (its CUDA backward reads the FP16 O in the statistics instead)
-    at::Tensor stats = at::empty({n}, lse.options());
-    at::Tensor scratch =
-        at::empty({static_cast<int64_t>(gproj::cuda::forward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
-    pr.forward_stats = stats.data_ptr();
-    pr.forward_workspace = scratch.data_ptr();
-    check(gproj::cuda::forward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
-                               device_tensor(lse), device_tensor(o_fp32), at::cuda::getCurrentCUDAStream().stream()));
-    return {o, o_fp32, lse, stats};  // (scratch: the caching allocator keeps it until the stream is past it)
-  }
+  const bool h16 = gproj::effective_projection(p) == gproj::Projection::kFp16LowRank;
   at::Tensor o = at::empty({pr.B, pr.Nq, pr.H, pr.D}, q.options());
   at::Tensor lse = at::empty({pr.B, pr.H, pr.Nq}, q.options().dtype(at::kFloat));
-  at::Tensor o_fp32 = needs_o_fp32(p) ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
-  const int64_t n = basis ? basis_numel(pr.B, pr.Hkv, pr.D, p) : 0;
+  // (fp16-lowrank: its CUDA backward reads the FP16 O in the statistics instead of an FP32 O)
+  at::Tensor o_fp32 =
+      needs_o_fp32(p) && !h16 ? at::empty({pr.B, pr.Nq, pr.H, pr.D}, lse.options()) : empty_fp32(q);
+  // The fourth output: fp16-lowrank's statistics (always), else K's basis where asked for and it applies.
+  const int64_t n = h16 ? static_cast<int64_t>(gproj::cuda::forward_stats_bytes(pr) / sizeof(float))
+                        : basis ? basis_numel(pr.B, pr.Hkv, pr.D, p) : 0;
+  if (h16 && n == 0) {
+    throw Error(ErrorCode::kUnsupported, "projection fp16-lowrank on CUDA takes D = 128 so far (its D = 64 kernels "
+                                         "are not written), got D = " + std::to_string(pr.D));
+  }
   at::Tensor u = n > 0 ? at::empty({n}, lse.options()) : empty_fp32(q);
-  at::Tensor gram;  // the Gram partials, needed only until the side stream's work joins the caller's stream
-  if (n > 0 && gproj::cuda::rows_aligned(device_tensor(k))) {
-    gram = at::empty({static_cast<int64_t>(gproj::cuda::forward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
-    pr.forward_basis = u.data_ptr();
-    pr.forward_workspace = gram.data_ptr();
+  at::Tensor scratch;  // the forward workspace (Gram partials; fp16-lowrank: and vh), needed only until the stream
+                       // is past it (the caching allocator keeps it till then)
+  if (n > 0 && (h16 || gproj::cuda::rows_aligned(device_tensor(k)))) {
+    scratch =
+        at::empty({static_cast<int64_t>(gproj::cuda::forward_workspace_bytes(pr))}, q.options().dtype(at::kByte));
+    (h16 ? pr.forward_stats : pr.forward_basis) = u.data_ptr();
+    pr.forward_workspace = scratch.data_ptr();
   }
   check(gproj::cuda::forward(pr, device_tensor(q), device_tensor(k), device_tensor(v), device_tensor(o),
                              device_tensor(lse), device_tensor(o_fp32), at::cuda::getCurrentCUDAStream().stream()));

@@ -449,22 +449,21 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto vw = [&](int kb) { return sV + kb * BK * 64 + wg * 64 * 64; };
 
   // v3.1: each warpgroup's threads 0..63 stage the LSE and delta of one query row, loaded a block ahead.
+  // v3.46: load_row leaves the values as loaded; the staging of the next block forms what the element-wise step
+  // reads from them. (Formed here, in the same block as the loads, they held warps 0-1 at their loads' round trip
+  // before the warpgroup's barrier, every block, and warps 2-3 at the barrier: ptxas keeps arithmetic before a
+  // bar.sync. Session 44 run 1: 2.2% of baseline's warp samples on that FMUL alone.)
   const int ltid = threadIdx.x & 127;
-  float next_l = 0.0f, next_dl = 0.0f, next_il = 0.0f;
+  float next_l = 0.0f, next_dl = 0.0f;
   uint4 next_qu = make_uint4(0, 0, 0, 0);  // kDkComp: bf16(Q U_q) of the same row
   const auto load_row = [&](int qb) {  // 0 past Nq (those columns are masked)
     const int i = qb * BQ + ltid;
     if (kTma && ltid < BQ && qb < nqb && i < p.Nq) {
-      next_l = p.lse[bh * p.Nq + i] * kLog2e;  // as the element-wise step uses it
+      next_l = p.lse[bh * p.Nq + i];
       next_dl = p.delta[bh * p.Nq + i];
-      if constexpr (kH16) {  // M = ceil(LSE log2e) and 1 / l = 2^(M - LSE log2e) (-inf: an empty row)
-        const float m = ceilf(next_l);
-        if constexpr (!kDoS) next_il = next_l == neg_inf() ? 0.0f : fast_exp2(m - next_l);
-        next_l = m;
-      }
       if constexpr (kDkComp) next_qu = *reinterpret_cast<const uint4*>(p.qu + (bh * p.Nq + i) * kLowRank);
     } else {
-      next_l = next_dl = next_il = 0.0f;
+      next_l = next_dl = 0.0f;
       next_qu = make_uint4(0, 0, 0, 0);
     }
   };
@@ -563,11 +562,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       // The previous block's element-wise reads of Ls are behind every thread of this warpgroup (its second
       // barrier), as are its dQ products' reads of the warpgroup's bf16(dS) block.
       if (ltid < BQ) {
-        Ls[ltid] = next_l;
+        const float l2 = next_l * kLog2e;  // LSE log2(e), as the element-wise step uses it
+        Ls[ltid] = l2;
         Dls[ltid] = next_dl;
-        if constexpr (kH16) {
+        if constexpr (kH16) {  // M = ceil(LSE log2e) and 1 / l = 2^(M - LSE log2e) (-inf: an empty row)
+          const float m = ceilf(l2);
+          Ls[ltid] = m;
           Dls[ltid] = next_dl * h16_sigma;  // delta sigma (exact)
-          if constexpr (!kDoS) sIl[wg * BQ + ltid] = next_il;
+          if constexpr (!kDoS) sIl[wg * BQ + ltid] = l2 == neg_inf() ? 0.0f : fast_exp2(m - l2);
         }
         if constexpr (kDkComp) {  // row ltid's 8 values into column ltid of the warpgroup's (Q U_q)^T tile
           const bf16_t* v = reinterpret_cast<const bf16_t*>(&next_qu);

@@ -3,12 +3,13 @@
 # Exits 1 when --max-loss-diff is given and exceeded. Exercised by tests/python/test_train_gpt.py.
 import argparse
 import json
-import os
 import sys
+
+from run_files import open_run_file
 
 
 def load(run):
-    with open(os.path.join(run, "metrics.jsonl")) as f:
+    with open_run_file(run, "metrics.jsonl") as f:
         return {r["step"]: r for r in map(json.loads, f)}
 
 

@@ -6,15 +6,16 @@ import os
 import sys
 
 import matplotlib
+from run_files import open_run_file, run_file_path
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def read_jsonl(path):
-    if not os.path.exists(path):
+def read_jsonl(run_dir, name):
+    if run_file_path(run_dir, name) is None:
         return []
-    with open(path) as f:
+    with open_run_file(run_dir, name) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -25,7 +26,7 @@ def load_run(run_dir):
         config = json.load(f)["config"]
     folder = os.path.basename(os.path.normpath(run_dir))
     label = config["attention"] if folder == config["attention"] else f"{config['attention']} ({folder})"
-    return label, read_jsonl(os.path.join(run_dir, "metrics.jsonl")), read_jsonl(os.path.join(run_dir, "audit.jsonl"))
+    return label, read_jsonl(run_dir, "metrics.jsonl"), read_jsonl(run_dir, "audit.jsonl")
 
 
 def smooth(values, window):

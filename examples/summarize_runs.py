@@ -9,6 +9,8 @@ import os
 import statistics
 import sys
 
+from run_files import open_run_file, run_file_path
+
 
 def summarize(run):
     """One row (a dict) for a run folder written by examples/train_gpt.py."""
@@ -16,11 +18,11 @@ def summarize(run):
         summary = json.load(f)
     with open(os.path.join(run, "env.json")) as f:
         config = json.load(f)["config"]
-    with open(os.path.join(run, "metrics.jsonl")) as f:
+    with open_run_file(run, "metrics.jsonl") as f:
         metrics = [json.loads(line) for line in f]
     audits = []
-    if os.path.exists(os.path.join(run, "audit.jsonl")):
-        with open(os.path.join(run, "audit.jsonl")) as f:
+    if run_file_path(run, "audit.jsonl") is not None:
+        with open_run_file(run, "audit.jsonl") as f:
             audits = [json.loads(line) for line in f]
     steps = summary["steps_done"]
     if summary.get("nonfinite_at") is not None:

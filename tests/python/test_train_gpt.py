@@ -258,6 +258,30 @@ def test_summarize_runs_reports_divergence_loss_and_worst_dq(tmp_path, capsys):
     assert "| s | gproj-baseline |" in capsys.readouterr().out  # the complete run is still in the table
 
 
+def test_readers_take_a_runs_metrics_compressed(tmp_path, capsys):
+    # committed run folders keep their large metrics.jsonl as metrics.jsonl.xz (examples/run_files.py): the same
+    # rows and the same table as from the plain file
+    import lzma
+    import shutil
+
+    import compare_runs
+    import summarize_runs
+
+    run = tiny_run(tmp_path, "plain", "--steps", "4")
+    packed = tmp_path / "packed"
+    shutil.copytree(run, packed)
+    with open(packed / "metrics.jsonl", "rb") as f, lzma.open(packed / "metrics.jsonl.xz", "wb") as g:
+        g.write(f.read())
+    (packed / "metrics.jsonl").unlink()
+    assert compare_runs.load(str(packed)) == compare_runs.load(str(run))
+    a, b = summarize_runs.summarize(str(run)), summarize_runs.summarize(str(packed))
+    assert a["tokens_per_s"] == b["tokens_per_s"] is not None  # (the median of metrics.jsonl's rows)
+    assert {k: v for k, v in a.items() if k != "run"} == {k: v for k, v in b.items() if k != "run"}
+    (packed / "metrics.jsonl.xz").unlink()
+    with pytest.raises(FileNotFoundError, match="nor metrics.jsonl.xz"):
+        compare_runs.load(str(packed))
+
+
 def test_audit_layers_and_window_choose_what_is_audited(tmp_path):
     corpus = make_corpus(tmp_path / "src")
     (corpus / "long.py").write_text("for i in range(3):\n    print(i)\n" * 200)

@@ -9,6 +9,7 @@ with the most samples (index, address, share, SASS, top two reasons), in address
 Usage: python3 bench/ncu_stall_top.py sass_KERNEL_LABEL.csv [N]
 """
 import csv
+import lzma
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -16,7 +17,9 @@ SAMPLES = "Warp Stall Sampling (All Samples)"
 
 def read_source_page(path):
     """(header row, instruction rows) of an ncu source-page CSV (also bench/ncu_source_lines.py's reader)."""
-    rows = list(csv.reader(open(path)))
+    opener = lzma.open if path.endswith(".xz") else open  # (committed pages are xz-compressed: SRC.csv.xz)
+    with opener(path, "rt", newline="") as f:
+        rows = list(csv.reader(f))
     header_at = next((i for i, r in enumerate(rows) if SAMPLES in r), None)
     if header_at is None:
         raise ValueError(f"{path}: no '{SAMPLES}' column (not an ncu source-page CSV?)")

@@ -34,9 +34,9 @@ constexpr int kPreRows = 64, kPreThreads = 256;
 // kApart: the same kernel, launched with its own preferred shared-memory carveout so that the SMs are reconfigured
 // between it and gproj's main kernel (launch.cu: v3.40, v3.45d at D = 128, v3.45e at D = 64).
 // kH16 (fp16-lowrank, docs/design-fp16-projection.md): O is the forward's FP16 copy p.o16 = fp16(O s_v) (dense (B,
-// Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), and |dO_i|
-// goes to its head's max (p.dmax_bits, an atomic max of the float bits; zeroed before, as the main kernel's r_i
-// accumulator p.rsum16), the bound the main kernel scales dS by.
+// Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), each row's
+// r_i accumulator (p.rowsum) is zeroed, and |dO_i| goes to its head's max (p.dmax_bits, an atomic max of the float
+// bits; zeroed before), the bound the main kernel scales dS by.
 // kDoS (kH16 with 1 / l on dO's side; after h16_dout_max_kernel below, which forms max |dO_i| per head): dOh =
 // fp16(dO (1 / l) s_do) into p.doh ((B, Nq, H, D) dense), 1 / l = 2^(M - LSE log2e), M = ceil(LSE log2e), s_do =
 // fp16_head_scale(2 max_i |dO_i|), and delta' = sum_d dOh_d o16_d (in s_v s_do / l units, the main kernel's dP''s),
@@ -119,6 +119,7 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     const int64_t row = out_row[r];
     const int bh = static_cast<int>(row / p.Nq), b = bh / p.H, hk = (bh % p.H) / (p.H / p.Hkv);
     p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
+    p.rowsum[row] = 0.0f;
     atomicMax(p.dmax_bits + bh, __float_as_uint(sqrtf(sq)));
   } else {
     p.delta[out_row[r]] = acc;
@@ -444,7 +445,7 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 }
 
 // fp16-lowrank's dQ post-pass (docs/design-fp16-projection.md, build step 5): dQacc is in sigma s_k units (FP16 dS
-// times Kh), r_i (p.rsum16, rows padded to 16 a head) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
+// times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
 // 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
 // emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
 // A CTA takes kH16DqRows rows of 8 heads, each warp one head's rows, each lane 4 columns, whose 24 values of U it
@@ -486,7 +487,7 @@ __global__ void __launch_bounds__(256, 2) h16_dq_kernel(const KernelParams p) {
     const int q = lane + 32 * k;
     if (q / 2 < rows) s_rec[warp][q / 2][q & 1] = *reinterpret_cast<const float4*>(rec_base + q * 4);
   }
-  const float r_i = lane < rows ? p.rsum16[bh * ((p.Nq + 15) & ~15) + i0 + lane] : 0.0f;
+  const float r_i = lane < rows ? p.rowsum[bh * p.Nq + i0 + lane] : 0.0f;
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5

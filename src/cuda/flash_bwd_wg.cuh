@@ -58,9 +58,6 @@ constexpr int kWgOnesElems = 4096;
 // kH16 (fp16-lowrank, D = 128): sK holds Kh^T, two column blocks of 64 keys, each 144 rows of 128 bytes (D-rows 0-63,
 // 8 rows of ones, D-rows 64-127, 8 rows of ones; docs/design-fp16-projection.md); 2 x 64 more floats for 1 / l.
 constexpr int kH16ColBlock = 144 * 64, kH16KElems = 2 * kH16ColBlock;
-// kH16 (v3.2-h16b): each warp's r_i of its 16 rows, staged beside its dQ rows and sent to p.rsum16 as one 64-byte
-// bulk reduce-add with them (8 warps x 16 floats).
-constexpr int kH16RowFloats = 8 * 16;
 
 template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
           bool kFwdStats = false, bool kH16 = false>
@@ -75,8 +72,7 @@ constexpr size_t bwd_wg_smem_bytes() {
                            (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
                            (kFwdStats ? kWgOnesElems : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
-         sizeof(float) * ((kH16 ? 6 : 4) * kWgBwdRows + (kBulk ? kBulkDqFloats : 0) + (kH16 ? kH16RowFloats : 0)) +
-         8 * 8 + 1024;
+         sizeof(float) * ((kH16 ? 6 : 4) * kWgBwdRows + (kBulk ? kBulkDqFloats : 0)) + 8 * 8 + 1024;
 }
 
 
@@ -323,8 +319,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
   float* sIl = sDl + 2 * BQ;                            // kH16: [2][BQ] 1 / l (sL then holds M = ceil(LSE log2e))
-  float* sR = sIl + (kH16 ? 2 * BQ : 0);                // kH16: [8 warps][16] r_i of the warp's rows (v3.2-h16b)
-  uint64_t* full = reinterpret_cast<uint64_t*>(sR + (kH16 ? kH16RowFloats : 0));  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
+  uint64_t* full = reinterpret_cast<uint64_t*>(sIl + (kH16 ? 2 * BQ : 0));  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
   uint64_t* empty = full + 3;
   uint64_t* kv_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -885,6 +880,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wg_commit();
       wg_wait0();
       fence_regs(dqa);
+      if (kH16 && tq == 0) {  // r_i of this warpgroup's keys: column 64 (every ones column holds it)
+        if (row_a < p.Nq) atomic_add1(p.rowsum + bh * p.Nq + row_a, dqa[32]);
+        if (row_b < p.Nq) atomic_add1(p.rowsum + bh * p.Nq + row_b, dqa[34]);
+      }
       if (kThresh && qn == 0) {
         fence_regs(st16);
         // Columns 2 tq, 2 tq + 1 of the record (n8 block 0): one 8-byte atomic per lane and row.
@@ -925,10 +924,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           float* srow = sDq + warp * 1024 + g * 64 + (((2 * n + (tq >> 1)) ^ ((g & 3) << 1)) << 2) + 2 * (tq & 1);
           *reinterpret_cast<float2*>(srow) = make_float2(dqa[4 * n], dqa[4 * n + 1]);
           *reinterpret_cast<float2*>(srow + 8 * 64) = make_float2(dqa[4 * n + 2], dqa[4 * n + 3]);
-          if (kH16 && n == 7 && tq == 0) {  // r_i of this warpgroup's keys: column 64 (every ones column holds it)
-            sR[warp * 16 + g] = dqa[32];
-            sR[warp * 16 + g + 8] = dqa[34];
-          }
         } else {
           if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
           if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
@@ -938,15 +933,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         fence_async_smem();
         __syncwarp();
         if (lane == 0) {
-          if (i0 + w4 * 16 < p.Nq) {  // (rows of the tile past Nq add zeros into dQacc's padding rows)
+          if (i0 + w4 * 16 < p.Nq)  // (rows of the tile past Nq add zeros into dQacc's padding rows)
             bulk_reduce_add_f32(p.dq_acc + dq_acc_tiled_index(p, bh, i0 + w4 * 16, nb * 64), sDq + warp * 1024,
                                 1024 * sizeof(float));
-            // v3.2-h16b: r_i with them, rows padded to 16 a head (one REDG a row and lane with tq = 0 before: its
-            // address arithmetic and branches took 3.3% of the kernel's warp samples, session 44 run 1)
-            if constexpr (kH16)
-              bulk_reduce_add_f32(p.rsum16 + bh * ((p.Nq + 15) & ~15) + i0 + w4 * 16, sR + warp * 16,
-                                  16 * sizeof(float));
-          }
           bulk_commit();
         }
       }

@@ -44,8 +44,6 @@ struct KernelParams {
   __half* doh;                       // backward, fp16-lowrank with 1 / l on dO's side: (B, Nq, H, D) dense,
                                      // fp16(dO_i / l_i s_do), s_do fp16_head_scale(2 max_i |dO_i|) per head
   unsigned int* dmax_bits;           // backward, fp16-lowrank: (B, H) max_i |dO_i| as float bits (preprocess)
-  float* rsum16;                     // backward, fp16-lowrank: (B, H, Nq16) r_i in sigma's units, Nq16 = Nq
-                                     // rounded up to 16 (a warp's 16 rows are one 64-byte bulk reduce-add)
   float* lse_out;                    // forward
   // backward workspace, all contiguous FP32
   float* delta;                      // (B, H, Nq)

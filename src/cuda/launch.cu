@@ -435,7 +435,7 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc (B H Nq' D, Nq' = Nq rounded up to 16 for
 // v3.15's row groups) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
-// head; fp16-lowrank: max |dO_i| per head (B H), then r_i (B H Nq', KernelParams::rsum16); none otherwise, v1.30)
+// head; none otherwise, v1.30)
 // | for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
 // list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each); then rest (B H Nq) | list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
@@ -481,8 +481,7 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
               keep_dk ? kv : 0, keep_dv ? kv : 0};
   if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
   if (effective_projection(p.params) == Projection::kFp16LowRank) {
-    // max |dO_i| per head, then r_i with rows padded to 16 a head (KernelParams::rsum16)
-    w.pk = head_words(p) + line_words(static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16 * 16)));
+    w.pk = head_words(p);  // max |dO_i| per head
     if (p.params.fp16_dout_side) w.doh = line_words(static_cast<size_t>(p.B * p.Nq * p.H * p.D) / 2);
   }
   if (effective_projection(p.params) == Projection::kThreshLowRank) {
@@ -1135,8 +1134,7 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   kp.psum = ws + 2 * w.row;  // s_i, written by the dQ post-pass for the audit
   kp.dq_acc = ws + 3 * w.row;
   kp.dq_tiled = 1;
-  kp.dmax_bits = reinterpret_cast<unsigned int*>(kp.dq_acc + w.q);  // (pk's place: layout() gives it B H words,
-  kp.rsum16 = kp.dq_acc + w.q + head_words(p);                        // then the padded r_i)
+  kp.dmax_bits = reinterpret_cast<unsigned int*>(kp.dq_acc + w.q);  // (pk's place: layout() gives it B H words)
   kp.dk_acc = w.dk != 0 ? kp.dq_acc + w.q + w.pk : nullptr;
   kp.dv_acc = w.dv != 0 ? kp.dq_acc + w.q + w.pk + w.dk : nullptr;
   kp.dkv_direct = dkv_direct;

@@ -9,24 +9,31 @@
 # carrying .deps, CANDIDATE and REFERENCE. CANDIDATE holds pack.tar.xz (bin/cuda_tests, bin/gproj,
 # bin/cuda_attention_bench; stripped) and COMMIT (scripts/pack_candidate.sh); REFERENCE a bench.tar.xz
 # (scripts/pack_bench.sh) or pack.tar.xz, and COMMIT.
+# BENCHES (optional) replaces "REFERENCE CANDIDATE" as the builds of the rows: several packed builds side by side
+# (scripts/pack_bench.sh), e.g. main and a few branches, while the checks run on CANDIDATE alone; REFERENCE may
+# then be left out.
 # SHAPES, INPUTS, ONLY, ROUNDS, NCU, NCU_ONLY pass on to device_bench_ab.sh (defaults here: D = 128 and 64 at
 # N = 4k, Gaussian and q x 4 rows, baseline and gproj-fb, two rounds, NCU=1 for gproj-fb). Everything goes to
 # $OUT/NAME and then $OUT/NAME.tgz. Exit status: 0 when the candidate's checks passed, 1 when one failed, 2 for a
 # usage or setup error (the rows still run after a failed check: they say what it would cost).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-usage="usage: CANDIDATE=<pack dir> REFERENCE=<bench or pack dir> $0 NAME"
+usage="usage: CANDIDATE=<pack dir> REFERENCE=<bench or pack dir> [BENCHES='<dir> ...'] $0 NAME"
 [ $# -eq 1 ] || { echo "$usage" >&2; exit 2; }
 name=$1
 [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] ||
   { echo "device_candidate_ab: NAME '$name' must be a plain file name" >&2; exit 2; }
 cand=${CANDIDATE:-} ref=${REFERENCE:-}
-[ -n "$cand" ] && [ -n "$ref" ] || { echo "$usage" >&2; exit 2; }
-for f in "$cand/pack.tar.xz" "$cand/COMMIT" "$ref/COMMIT"; do
-  [ -f "$f" ] || { echo "device_candidate_ab: $f is missing (carry $cand and $ref)" >&2; exit 2; }
+[ -n "$cand" ] && { [ -n "$ref" ] || [ -n "${BENCHES:-}" ]; } || { echo "$usage" >&2; exit 2; }
+benches=${BENCHES:-$ref $cand}
+for f in "$cand/pack.tar.xz" "$cand/COMMIT"; do
+  [ -f "$f" ] || { echo "device_candidate_ab: $f is missing (carry $cand)" >&2; exit 2; }
 done
-[ -f "$ref/bench.tar.xz" ] || [ -f "$ref/pack.tar.xz" ] ||
-  { echo "device_candidate_ab: $ref has neither bench.tar.xz nor pack.tar.xz" >&2; exit 2; }
+for d in $benches; do
+  [ -f "$d/COMMIT" ] || { echo "device_candidate_ab: $d/COMMIT is missing (carry $d)" >&2; exit 2; }
+  [ -f "$d/bench.tar.xz" ] || [ -f "$d/pack.tar.xz" ] ||
+    { echo "device_candidate_ab: $d has neither bench.tar.xz nor pack.tar.xz" >&2; exit 2; }
+done
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-16}" OMP_WAIT_POLICY=passive
 out="${OUT:-/tmp/gproj-out}/$name"
 mkdir -p "$out" || exit 2
@@ -49,7 +56,7 @@ rc=$?
 [ $rc -eq 0 ] || failed=1
 echo "gproj check --device all ($commit): rc=$rc at $(( $(date +%s) - t0 )) s; $(tail -1 "$out/check.txt")"
 only=${ONLY:-baseline gproj-fb}
-BENCHES="$ref $cand" SHAPES="${SHAPES:-128:4096:0 128:4096:1 64:4096:0}" INPUTS="${INPUTS:-gaussian q4}" \
+BENCHES="$benches" SHAPES="${SHAPES:-128:4096:0 128:4096:1 64:4096:0}" INPUTS="${INPUTS:-gaussian q4}" \
   ONLY="$only" ROUNDS="${ROUNDS:-2}" NCU="${NCU:-1}" NCU_ONLY="${NCU_ONLY:-gproj-fb}" \
   OUT="$out/ab" timeout 420 bash scripts/device_bench_ab.sh > "$out/ab.log" 2>&1
 rc=$?

@@ -29,4 +29,4 @@ for label in baseline gproj-h16; do
   rm -f "$out/src_$label.ncu-rep"
 done
 echo "== ncu: $((SECONDS - t0)) s"
-python3 bench/ab_overhead.py "$out/ab.txt"
+AB_VARIANT=gproj-h16 ab_overhead "$out/ab.txt"  # (the run printed it through bench/ab_overhead.py, since removed: scripts/device_env.sh had it)

@@ -297,6 +297,11 @@ def test_candidate_ab_refuses_a_bad_call(tmp_path):
     (tree / ".ab" / "COMMIT").write_text("def\n")
     r, tree = run_candidate_ab(tmp_path, ["r2"], {"CANDIDATE": ".pb", "REFERENCE": ".ab"})
     assert r.returncode == 2 and ".ab has neither bench.tar.xz nor pack.tar.xz" in r.stderr
+    # BENCHES names the rows' builds instead (REFERENCE may then be left out); each must be there
+    r, tree = run_candidate_ab(tmp_path, ["r2"], {"CANDIDATE": ".pb", "REFERENCE": "", "BENCHES": ".ab_x .pb"})
+    assert r.returncode == 2 and ".ab_x/COMMIT is missing" in r.stderr
+    r, tree = run_candidate_ab(tmp_path, ["r2"], {"CANDIDATE": ".pb", "REFERENCE": "", "BENCHES": ""})
+    assert r.returncode == 2 and "usage:" in r.stderr
     assert not (tmp_path / "out").exists()  # nothing was started
 
 

@@ -17,7 +17,7 @@ SAMPLES = "Warp Stall Sampling (All Samples)"
 
 def read_source_page(path):
     """(header row, instruction rows) of an ncu source-page CSV (also bench/ncu_source_lines.py's reader)."""
-    opener = lzma.open if path.endswith(".xz") else open  # (committed pages are xz-compressed: SRC.csv.xz)
+    opener = lzma.open if str(path).endswith(".xz") else open  # (committed pages are xz-compressed: SRC.csv.xz)
     with opener(path, "rt", newline="") as f:
         rows = list(csv.reader(f))
     header_at = next((i for i, r in enumerate(rows) if SAMPLES in r), None)

@@ -1,7 +1,8 @@
 # The kernel-reading tools: bench/ncu_stall_top.py, bench/ncu_times.py, bench/ncu_limits.py and
 # bench/ncu_opcode_mix.py, the readers of the GPU machine's ncu output (the stall summary of a source-page CSV, the
 # per-kernel times and the baseline/gproj table of a times CSV, the limits table of raw-page reports, executed
-# instructions by opcode side by side, two source pages summed per source line: bench/ncu_source_lines.py), and
+# instructions by opcode side by side, two source pages summed per source line: bench/ncu_source_lines.py, a
+# loop's regions between its synchronisation points: bench/ncu_loop_regions.py; compressed pages), and
 # bench/sass_count.py (static opcode counts of a cuobjdump listing), on small files whose answers are known, and
 # their refusals. Part of scripts/python_test.sh.
 import pytest
@@ -291,3 +292,38 @@ def test_source_lines_refuse_another_build(tmp_path):
         mod.per_line(page, mod.line_map(sass, "a.cuh", "ILi1E"))
     with pytest.raises(SystemExit, match="no kernel whose name contains"):
         mod.line_map(sass, "a.cuh", "ILi3E")
+
+
+def test_a_compressed_page_reads_as_the_plain_one(tmp_path):
+    # committed pages are xz-compressed (SRC.csv.xz): the same summary
+    import lzma
+
+    top = load("ncu_stall_top")
+    f = tmp_path / "sass.csv"
+    write_csv(f)
+    packed = tmp_path / "sass.csv.xz"
+    with lzma.open(packed, "wb") as g:
+        g.write(f.read_bytes())
+    assert top.summarize(packed, n=2) == top.summarize(f, n=2)
+
+
+def test_loop_regions_cut_at_the_synchronisation_points(tmp_path, capsys):
+    mod = load("ncu_loop_regions")
+    page = tmp_path / "loop.csv"
+    # a prologue run once a warp (4), then a loop of 100 iterations: two regions closed by a barrier and a wgmma
+    # wait, and a tail; a barrier of the prologue (run 4 times) closes no region
+    write_page(page, [("IADD3 R1, R2, R3, RZ", 1, 4), ("BAR.SYNC.DEFER_BLOCKING 0x0", 2, 4),
+                      ("FFMA R1, R2, R3, R4", 10, 200), ("BAR.SYNC.DEFER_BLOCKING R0, 0x80", 5, 100),
+                      ("HGMMA.64x64x16.F32 R8, gdesc[UR4], R8", 3, 100), ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 40, 100),
+                      ("STG.E [R2], R8", 1, 100)])
+    rows, total, n = mod.regions(str(page))
+    assert n == 100 and total == 62
+    assert [(a, b, ins, smp) for a, b, ins, smp, _ in rows] == [
+        (0, 3, 3.08, 18), (4, 5, 2.0, 43), (6, 6, 1.0, 1)]
+    assert rows[1][4].startswith("WARPGROUP.DEPBAR") and rows[2][4] == "(end of the kernel)"
+    mod.main([str(page), "--iterations", "50"])  # the loop count given: each region's instructions doubled
+    assert "6.2" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="ncu_loop_regions: .*no 'Warp Stall Sampling"):
+        other = tmp_path / "other.csv"
+        other.write_text('"a","b"\n"1","2"\n')
+        mod.main([str(other)])

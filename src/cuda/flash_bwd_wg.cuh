@@ -444,7 +444,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto vw = [&](int kb) { return sV + kb * BK * 64 + wg * 64 * 64; };
 
   // v3.1: each warpgroup's threads 0..63 stage the LSE and delta of one query row, loaded a block ahead.
-  // v3.46: load_row leaves the values as loaded; the staging of the next block forms what the element-wise step
+  // v3.52: load_row leaves the values as loaded; the staging of the next block forms what the element-wise step
   // reads from them. (Formed here, in the same block as the loads, they held warps 0-1 at their loads' round trip
   // before the warpgroup's barrier, every block, and warps 2-3 at the barrier: ptxas keeps arithmetic before a
   // bar.sync. Session 44 run 1: 2.2% of baseline's warp samples on that FMUL alone.)

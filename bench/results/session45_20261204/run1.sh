@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Session 45, run 1 (device tool; carry [".gproj_commit", ".prebuilt", ".ab_587ef53", ".ab_83fcc5f"]: .prebuilt from
 # scripts/device_prebuild.sh at the commit README.md lists, the .ab_* from `bash scripts/pack_bench.sh 587ef53
-# 83fcc5f`): the whole C++ GPU test suite at v3.46 (every wgmma backward form reads LSE and delta differently now),
+# 83fcc5f`): the whole C++ GPU test suite at v3.52 (every wgmma backward form reads LSE and delta differently now),
 # then the backward of baseline and fp16-lowrank at the speed bar's shapes for three builds side by side (session
-# 44's main; + r_i by bulk reduce-add, v3.2-h16b; + the deferred LSE arithmetic, v3.46), and ncu's SASS counters of
-# both main kernels at v3.46 (N = 4k).
+# 44's main; + r_i by bulk reduce-add, v3.2-h16b; + the deferred LSE arithmetic, v3.52), and ncu's SASS counters of
+# both main kernels at v3.52 (N = 4k).
 set -uo pipefail
 out="${OUT:-/tmp/gproj-out}"
 mkdir -p "$out"

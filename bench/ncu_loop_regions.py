@@ -18,7 +18,7 @@ import collections
 import re
 import sys
 
-from ncu_stall_top import SAMPLES, read_source_page
+from ncu_stall_top import EXECUTED, SAMPLES, cell, read_source_page
 
 MARKER = re.compile(r"BAR\.SYNC|DEPBAR|STSM|UBLKRED|SYNCS\.PHASECHK")
 
@@ -26,8 +26,8 @@ MARKER = re.compile(r"BAR\.SYNC|DEPBAR|STSM|UBLKRED|SYNCS\.PHASECHK")
 def regions(path, iterations=None):
     """([(first row, last row, instructions per iteration, samples, closing instruction)], total samples, N)."""
     hdr, body = read_source_page(path)
-    i_src, i_smp, i_ex = hdr.index("Source"), hdr.index(SAMPLES), hdr.index("Instructions Executed")
-    num = lambda r, i: int(float(r[i] or 0)) if i < len(r) else 0
+    i_src, i_smp, i_ex = hdr.index("Source"), hdr.index(SAMPLES), hdr.index(EXECUTED)
+    num = lambda r, i: int(cell(r, i))
     if iterations is None:
         top = max((num(r, i_ex) for r in body), default=0)
         if top == 0:

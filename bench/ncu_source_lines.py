@@ -16,9 +16,7 @@ import collections
 import re
 import sys
 
-from ncu_stall_top import SAMPLES, read_source_page
-
-EXECUTED = "Instructions Executed"
+from ncu_stall_top import EXECUTED, SAMPLES, cell, read_source_page
 
 
 def line_map(sass_path, source, key):
@@ -56,8 +54,8 @@ def per_line(csv_path, lines):
         op = re.sub(r"^@!?U?P\w+\s+", "", r[i_src].strip()).split()[0].split(".")[0]
         if op not in ins:
             raise SystemExit(f"{csv_path}: instruction '{r[i_src].strip()}' is not '{ins}': not the same build")
-        smp[ln] += float(r[i_s] or 0)
-        exe[ln] += float(r[i_e] or 0)
+        smp[ln] += cell(r, i_s)
+        exe[ln] += cell(r, i_e)
     return smp, exe
 
 

@@ -13,6 +13,12 @@ import lzma
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def cell(row, i):
+    """Column i of a source-page row as a number (an empty or missing cell is 0)."""
+    return float(row[i] or 0) if i < len(row) else 0.0
 
 
 def read_source_page(path):
@@ -31,7 +37,7 @@ def summarize(path, n=40):
     hdr, body = read_source_page(path)
     i_addr, i_src, i_smp = hdr.index("Address"), hdr.index("Source"), hdr.index(SAMPLES)
     stall_cols = [i for i, h in enumerate(hdr) if h.startswith("stall_") and "Not Issued" not in h]
-    num = lambda r, i: float(r[i] or 0) if i < len(r) else 0.0
+    num = cell
     total = sum(num(r, i_smp) for r in body)
     if total <= 0:
         raise ValueError(f"{path}: no stall samples")

@@ -34,9 +34,9 @@ constexpr int kPreRows = 64, kPreThreads = 256;
 // kApart: the same kernel, launched with its own preferred shared-memory carveout so that the SMs are reconfigured
 // between it and gproj's main kernel (launch.cu: v3.40, v3.45d at D = 128, v3.45e at D = 64).
 // kH16 (fp16-lowrank, docs/design-fp16-projection.md): O is the forward's FP16 copy p.o16 = fp16(O s_v) (dense (B,
-// Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), each row's
-// r_i accumulator (p.rowsum) is zeroed, and |dO_i| goes to its head's max (p.dmax_bits, an atomic max of the float
-// bits; zeroed before), the bound the main kernel scales dS by.
+// Nq, H, D)), delta = (sum_d dO_d o16_d) / s_v (the emulator's delta bit for bit: the scaling is exact), and |dO_i|
+// goes to its head's max (p.dmax_bits, an atomic max of the float bits; zeroed before, as dQacc, whose tiles also
+// take r_i), the bound the main kernel scales dS by.
 // kDoS (kH16 with 1 / l on dO's side; after h16_dout_max_kernel below, which forms max |dO_i| per head): dOh =
 // fp16(dO (1 / l) s_do) into p.doh ((B, Nq, H, D) dense), 1 / l = 2^(M - LSE log2e), M = ceil(LSE log2e), s_do =
 // fp16_head_scale(2 max_i |dO_i|), and delta' = sum_d dOh_d o16_d (in s_v s_do / l units, the main kernel's dP''s),
@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     const int64_t row = out_row[r];
     const int bh = static_cast<int>(row / p.Nq), b = bh / p.H, hk = (bh % p.H) / (p.H / p.Hkv);
     p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
-    p.rowsum[row] = 0.0f;
     atomicMax(p.dmax_bits + bh, __float_as_uint(sqrtf(sq)));
   } else {
     p.delta[out_row[r]] = acc;
@@ -445,7 +444,7 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 }
 
 // fp16-lowrank's dQ post-pass (docs/design-fp16-projection.md, build step 5): dQacc is in sigma s_k units (FP16 dS
-// times Kh), r_i (p.rowsum) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
+// times Kh), r_i (after each tile's rows, kH16DqTileFloats) in sigma's; with the forward's record of the row (p.fwd_stats: P (K U) / l in columns
 // 0-5, s_i in kStatS) and K's basis p.u, dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU
 // emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
 // A CTA takes kH16DqRows rows of 8 heads, each warp one head's rows, each lane 4 columns, whose 24 values of U it
@@ -472,10 +471,10 @@ __global__ void __launch_bounds__(256, 2) h16_dq_kernel(const KernelParams p) {
   const float* __restrict__ rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
   // dQacc's v3.15 tiles (the v3.2 main kernel's): 16 rows of 64 columns a tile, 4 KB
   const int64_t groups16 = (p.Nq + 15) / 16;
-  const float* __restrict__ tiles = p.dq_acc + ((bh * groups16 + i0 / 16) * (D / 64) + (d >> 6)) * 1024;
+  const float* __restrict__ tiles = p.dq_acc + ((bh * groups16 + i0 / 16) * (D / 64) + (d >> 6)) * kH16DqTileFloats;
   __nv_bfloat16* __restrict__ out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
   auto load_x = [&](int r) {  // row r's 4 columns d .. d + 3 (zeros past the last row)
-    const float* at = tiles + (r >> 4) * (D / 64) * 1024 + dq_tile_word(r & 15, d & 63);
+    const float* at = tiles + (r >> 4) * (D / 64) * kH16DqTileFloats + dq_tile_word(r & 15, d & 63);
     return r < rows ? *reinterpret_cast<const float4*>(at) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   };
   float4 x[2][G];
@@ -487,7 +486,11 @@ __global__ void __launch_bounds__(256, 2) h16_dq_kernel(const KernelParams p) {
     const int q = lane + 32 * k;
     if (q / 2 < rows) s_rec[warp][q / 2][q & 1] = *reinterpret_cast<const float4*>(rec_base + q * 4);
   }
-  const float r_i = lane < rows ? p.rowsum[bh * p.Nq + i0 + lane] : 0.0f;
+  float r_i = 0.0f;  // the words after row lane's two column-block tiles (v3.2-h16c; kernel_common.cuh)
+  if (lane < rows) {
+    const float* rt = p.dq_acc + (bh * groups16 + i0 / 16 + (lane >> 4)) * (D / 64) * kH16DqTileFloats + 1024;
+    r_i = rt[lane & 15] + rt[kH16DqTileFloats + (lane & 15)];
+  }
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
   float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5

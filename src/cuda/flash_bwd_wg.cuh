@@ -72,7 +72,8 @@ constexpr size_t bwd_wg_smem_bytes() {
                            (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
                            (kFwdStats ? kWgOnesElems : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
-         sizeof(float) * ((kH16 ? 6 : 4) * kWgBwdRows + (kBulk ? kBulkDqFloats : 0)) + 8 * 8 + 1024;
+         sizeof(float) * ((kH16 ? 6 : 4) * kWgBwdRows + (kBulk ? (kH16 ? 8 * kH16DqTileFloats : kBulkDqFloats) : 0)) +
+         8 * 8 + 1024;
 }
 
 
@@ -315,7 +316,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   bf16_t* sUT = sQU + (kDkComp ? 2 * kWgStatCols * 64 : 0);  // kThresh: [kNB][16][64] (bf16(U)^T; zeros), K U's B
   bf16_t* sOnes = sUT + (kThresh && !kFwdStats ? D * kWgStatCols : 0);  // kFwdStats: [kWgOnesElems] ones
   float* sDq = reinterpret_cast<float*>(sOnes + (kFwdStats ? kWgOnesElems : 0));  // v3.15: [8 warps][16][64]
-  float* sL = sDq + (kBulk ? kBulkDqFloats : 0);  // [2][BQ] LSE: v3.0 per
+  constexpr int kDqWarpFloats = kH16 ? kH16DqTileFloats : 1024;  // a warp's tile image (kH16: and its r_i)
+  float* sL = sDq + (kBulk ? 8 * kDqWarpFloats : 0);  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
   float* sIl = sDl + 2 * BQ;                            // kH16: [2][BQ] 1 / l (sL then holds M = ceil(LSE log2e))
@@ -880,10 +882,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wg_commit();
       wg_wait0();
       fence_regs(dqa);
-      if (kH16 && tq == 0) {  // r_i of this warpgroup's keys: column 64 (every ones column holds it)
-        if (row_a < p.Nq) atomic_add1(p.rowsum + bh * p.Nq + row_a, dqa[32]);
-        if (row_b < p.Nq) atomic_add1(p.rowsum + bh * p.Nq + row_b, dqa[34]);
-      }
       if (kThresh && qn == 0) {
         fence_regs(st16);
         // Columns 2 tq, 2 tq + 1 of the record (n8 block 0): one 8-byte atomic per lane and row.
@@ -921,9 +919,18 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           // rows g and g + 8 of the warp's tile (both have row % 4 = g % 4), columns 8 n + 2 tq, + 1
           // (dq_tile_word(g, 8 n + 2 tq), written out: through the helper ptxas scheduled this loop differently
           // on v3.11c, 16 instructions more)
-          float* srow = sDq + warp * 1024 + g * 64 + (((2 * n + (tq >> 1)) ^ ((g & 3) << 1)) << 2) + 2 * (tq & 1);
+          float* srow =
+              sDq + warp * kDqWarpFloats + g * 64 + (((2 * n + (tq >> 1)) ^ ((g & 3) << 1)) << 2) + 2 * (tq & 1);
           *reinterpret_cast<float2*>(srow) = make_float2(dqa[4 * n], dqa[4 * n + 1]);
           *reinterpret_cast<float2*>(srow + 8 * 64) = make_float2(dqa[4 * n + 2], dqa[4 * n + 3]);
+          // v3.2-h16c: r_i of this warpgroup's keys (column 64: every ones column holds it) after the tile's rows,
+          // so that it leaves with them. (v3.2-h16, a REDG a row from the lanes with tq = 0: 27 instructions and
+          // 3.3% of the warp samples, session 44 run 1; v3.2-h16b, a second 64-byte bulk reduce-add: lane 0 waited
+          // for the bulk unit to take the first, 9% of the samples, session 45 run 1.)
+          if (kH16 && n == 7 && tq == 0) {
+            sDq[warp * kDqWarpFloats + 1024 + g] = dqa[32];
+            sDq[warp * kDqWarpFloats + 1024 + g + 8] = dqa[34];
+          }
         } else {
           if (row_a < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_a) * D + col, dqa[4 * n], dqa[4 * n + 1]);
           if (row_b < p.Nq) atomic_add2(p.dq_acc + (bh * p.Nq + row_b) * D + col, dqa[4 * n + 2], dqa[4 * n + 3]);
@@ -933,9 +940,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         fence_async_smem();
         __syncwarp();
         if (lane == 0) {
-          if (i0 + w4 * 16 < p.Nq)  // (rows of the tile past Nq add zeros into dQacc's padding rows)
-            bulk_reduce_add_f32(p.dq_acc + dq_acc_tiled_index(p, bh, i0 + w4 * 16, nb * 64), sDq + warp * 1024,
-                                1024 * sizeof(float));
+          if (i0 + w4 * 16 < p.Nq) {  // (rows of the tile past Nq add zeros into dQacc's padding rows)
+            if constexpr (kH16) {  // (the tile of rows i0 + 16 w4 .., column block nb, as h16_dq_kernel reads it)
+              const int64_t tile = (bh * ((p.Nq + 15) / 16) + (i0 + w4 * 16) / 16) * kNB + nb;
+              bulk_reduce_add_f32(p.dq_acc + tile * kH16DqTileFloats, sDq + warp * kDqWarpFloats,
+                                  kH16DqTileFloats * sizeof(float));
+            } else {
+              bulk_reduce_add_f32(p.dq_acc + dq_acc_tiled_index(p, bh, i0 + w4 * 16, nb * 64), sDq + warp * 1024,
+                                  1024 * sizeof(float));
+            }
+          }
           bulk_commit();
         }
       }

@@ -434,7 +434,7 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 }
 
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc (B H Nq' D, Nq' = Nq rounded up to 16 for
-// v3.15's row groups) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
+// v3.15's row groups; fp16-lowrank: its tiles of kH16DqTileFloats, each with its rows' r_i) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
 // head; none otherwise, v1.30)
 // | for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
 // list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each); then rest (B H Nq) | list_j, list_p
@@ -481,6 +481,8 @@ Workspace layout(const Problem& p, int dkv_direct = -1) {
               keep_dk ? kv : 0, keep_dv ? kv : 0};
   if (effective_projection(p.params) == Projection::kPWeighted) w.pk = w.q;
   if (effective_projection(p.params) == Projection::kFp16LowRank) {
+    // dQacc's tiles carry their rows' r_i (v3.2-h16c: kH16DqTileFloats words a tile of 16 rows x 64 columns)
+    w.q = static_cast<size_t>(p.B * p.H * ((p.Nq + 15) / 16) * (p.D / 64)) * detail::kH16DqTileFloats;
     w.pk = head_words(p);  // max |dO_i| per head
     if (p.params.fp16_dout_side) w.doh = line_words(static_cast<size_t>(p.B * p.Nq * p.H * p.D) / 2);
   }

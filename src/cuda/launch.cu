@@ -59,10 +59,8 @@ Status check_problem(const Problem& p) {
     return fail(ErrorCode::kInvalidArgument, "fp16_dout_side (1 / l on dO's side) is a form of projection fp16-lowrank");
   }
   if (proj == Projection::kFp16LowRank) {  // docs/design-fp16-projection.md (D = 128 built, sessions 42-44)
-    if (p.D != 128) {
-      return fail(ErrorCode::kUnsupported,
-                  "fp16-lowrank on CUDA takes D = 128 so far (its D = 64 forward is not written), got D = " +
-                      std::to_string(p.D));
+    if (p.D != 64 && p.D != 128) {  // (the backward's kernels take D = 128 only so far: backward_h16)
+      return fail(ErrorCode::kUnsupported, "fp16-lowrank on CUDA takes D = 64 or 128, got D = " + std::to_string(p.D));
     }
     if (p.params.lowrank_rank != detail::kTailRank) {
       return fail(ErrorCode::kUnsupported, "fp16-lowrank on CUDA takes rank " + std::to_string(detail::kTailRank) +
@@ -254,15 +252,12 @@ Status forward_variant(const KernelParams& k, Variant v, bool tc, int wgmma, con
     if (s.ok) s.kernels = kernels;
     return s;
   };
-  if (k.fp16_scales != nullptr) {  // fp16-lowrank (forward() checked D = 128, the v2.2 ring and aligned rows)
-    if constexpr (D == 128) {
-      return named(launch_args(detail::flash_fwd_wg_kernel<D, false, true, true, true>,
-                               dim3((k.Nq + detail::kFwdWgRows<D> - 1) / detail::kFwdWgRows<D>, k.H, k.B),
-                               detail::kFwdWgThreads<D>, detail::fwd_wg_smem_bytes<D, true>(), stream,
-                               "forward (wgmma, fp16-lowrank)", k, maps),
-                   "forward v2.3-h16 (wgmma, TMA, fp16-lowrank: the consistent FP16 P and its statistics)");
-    }
-    return fail(ErrorCode::kUnsupported, "fp16-lowrank's forward takes D = 128");
+  if (k.fp16_scales != nullptr) {  // fp16-lowrank (forward() checked the v2.2 ring and aligned rows)
+    return named(launch_args(detail::flash_fwd_wg_kernel<D, false, true, true, true>,
+                             dim3((k.Nq + detail::kFwdWgRows<D> - 1) / detail::kFwdWgRows<D>, k.H, k.B),
+                             detail::kFwdWgThreads<D>, detail::fwd_wg_smem_bytes<D, true>(), stream,
+                             "forward (wgmma, fp16-lowrank)", k, maps),
+                 "forward v2.3-h16 (wgmma, TMA, fp16-lowrank: the consistent FP16 P and its statistics)");
   }
   if (tc && wgmma != 0 && v != Variant::kFp32) {
     return named(v == Variant::kBaseline ? forward_wg<D, false>(k, wgmma, maps, stream)
@@ -865,10 +860,12 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
       vh.data = c.vh;
       vh.stride[0] = p.Nk * p.Hkv * p.D, vh.stride[1] = p.Hkv * p.D, vh.stride[2] = p.D, vh.stride[3] = 1;
       if (s.ok) s = tensor_map(&maps.v, vh, p.B, p.Nk, p.Hkv, p.D, "vh (the FP16 copy of v)");
-      if (s.ok) s = lowrank_prepass<128, false>(kp, st, false);
+      if (s.ok) s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, false) : lowrank_prepass<128, false>(kp, st, false);
       if (s.ok) {
-        s = launch(detail::ku_kernel<128, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
-                   detail::kBwdThreads);
+        s = p.D == 64 ? launch(detail::ku_kernel<64, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
+                               detail::kBwdThreads)
+                      : launch(detail::ku_kernel<128, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
+                               detail::kBwdThreads);
       }
       if (!s.ok) return s;
     }
@@ -1073,6 +1070,11 @@ Status kht_map(CUtensorMap* map, void* kht, const Problem& p) {
 Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                     const DeviceTensor& lse, const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
                     const DeviceTensor& dv, void* workspace, cudaStream_t st, std::string* kernels) {
+  if (p.D != 128) {
+    return fail(ErrorCode::kUnsupported, "projection fp16-lowrank's backward on CUDA takes D = 128 so far (its D = 64 "
+                                         "kernels are not written; its forward takes D = 64), got D = " +
+                                             std::to_string(p.D));
+  }
   if (p.forward_stats == nullptr) {
     return fail(ErrorCode::kInvalidArgument,
                 "projection fp16-lowrank's backward needs the forward's forward_stats (its statistics and FP16 copies "

@@ -458,26 +458,42 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // v3.1, 2 rows a warp: 222 us; v4 / v4.1, a warp a row with U in shared memory: 212 us.) grid (ceil(Nq /
 // kH16DqRows), ceil(H / 8), B), 256 threads, D = 128; needs dq_tiled (v3.2's dQacc tiles).
 constexpr int kH16DqRows = 32, kH16DqHeads = 8, kH16DqGroup = 4;
+// D = 64 or 128: a lane holds C = D / 32 columns (2 or 4) of a row.
+template <int D>
 __global__ void __launch_bounds__(256, 2) h16_dq_kernel(const KernelParams p) {
-  constexpr int D = 128, R = kH16DqRows, G = kH16DqGroup;
+  constexpr int R = kH16DqRows, G = kH16DqGroup, C = D / 32;
   static_assert(R == 32, "one row a lane for the records and c");
+  static_assert(C == 2 || C == 4, "D = 64 or 128");
   __shared__ float4 s_rec[kH16DqHeads][R][2];  // each row's record: P (K U) / l in 0-5, s_i in 6 (kStatS)
   __shared__ float s_c[kH16DqHeads][R];        // r_i / s_i
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, d = lane * 4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, d = lane * C;
   const int b = blockIdx.z, h = blockIdx.y * kH16DqHeads + warp;
   if (h >= p.H) return;  // (warp-uniform; no CTA barrier below)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const int i0 = blockIdx.x * R, rows = min(R, p.Nq - i0);
   const float* __restrict__ rec_base = p.fwd_stats + (bh * p.Nq + i0) * kLowRank;
-  // dQacc's v3.15 tiles (the v3.2 main kernel's): 16 rows of 64 columns a tile, 4 KB
+  // dQacc's v3.15 tiles (the v3.2 main kernel's; v3.17's at D = 64): 16 rows of 64 columns a tile, 4 KB
   const int64_t groups16 = (p.Nq + 15) / 16;
   const float* __restrict__ tiles = p.dq_acc + ((bh * groups16 + i0 / 16) * (D / 64) + (d >> 6)) * kH16DqTileFloats;
   __nv_bfloat16* __restrict__ out = p.dq + ((static_cast<int64_t>(b) * p.Nq + i0) * p.H + h) * D + d;
-  auto load_x = [&](int r) {  // row r's 4 columns d .. d + 3 (zeros past the last row)
-    const float* at = tiles + (r >> 4) * (D / 64) * kH16DqTileFloats + dq_tile_word(r & 15, d & 63);
-    return r < rows ? *reinterpret_cast<const float4*>(at) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  struct Cols {
+    float v[C];
   };
-  float4 x[2][G];
+  auto load_x = [&](int r) {  // row r's C columns d .. d + C - 1 (zeros past the last row)
+    const float* at = tiles + (r >> 4) * (D / 64) * kH16DqTileFloats + dq_tile_word(r & 15, d & 63);
+    Cols x{};
+    if (r < rows) {
+      if constexpr (C == 4) {
+        const float4 f = *reinterpret_cast<const float4*>(at);
+        x.v[0] = f.x, x.v[1] = f.y, x.v[2] = f.z, x.v[3] = f.w;
+      } else {
+        const float2 f = *reinterpret_cast<const float2*>(at);
+        x.v[0] = f.x, x.v[1] = f.y;
+      }
+    }
+    return x;
+  };
+  Cols x[2][G];
 #pragma unroll
   for (int r = 0; r < G; ++r) x[0][r] = load_x(r);
   // the records, 1 KB a warp: lane l takes float4 l and l + 32 (rows l / 2 and 16 + l / 2)
@@ -486,16 +502,20 @@ __global__ void __launch_bounds__(256, 2) h16_dq_kernel(const KernelParams p) {
     const int q = lane + 32 * k;
     if (q / 2 < rows) s_rec[warp][q / 2][q & 1] = *reinterpret_cast<const float4*>(rec_base + q * 4);
   }
-  float r_i = 0.0f;  // the words after row lane's two column-block tiles (v3.2-h16c; kernel_common.cuh)
+  // r_i: the words after row lane's column-block tiles (v3.2-h16c; kernel_common.cuh). D = 128: each column
+  // block's tile holds r_i over the keys of the warpgroup that sent it, summed here; D = 64 (v3.17): one column
+  // block, into which both warpgroups' tiles were reduce-added.
+  float r_i = 0.0f;
   if (lane < rows) {
     const float* rt = p.dq_acc + (bh * groups16 + i0 / 16 + (lane >> 4)) * (D / 64) * kH16DqTileFloats + 1024;
-    r_i = rt[lane & 15] + rt[kH16DqTileFloats + (lane & 15)];
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) r_i += rt[c * kH16DqTileFloats + (lane & 15)];
   }
   const int hk = h / (p.H / p.Hkv);
   const float* u = p.u + (static_cast<int64_t>(b) * p.Hkv + hk) * D * kLowRank;
-  float uu[4][kTailRank];  // U's rows d .. d + 3, columns 0-5
+  float uu[C][kTailRank];  // U's rows d .. d + C - 1, columns 0-5
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
+  for (int e = 0; e < C; ++e) {
     const float4 lo = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank);
     const float4 hi = *reinterpret_cast<const float4*>(u + (d + e) * kLowRank + 4);
     uu[e][0] = lo.x, uu[e][1] = lo.y, uu[e][2] = lo.z, uu[e][3] = lo.w, uu[e][4] = hi.x, uu[e][5] = hi.y;
@@ -512,27 +532,30 @@ __global__ void __launch_bounds__(256, 2) h16_dq_kernel(const KernelParams p) {
     p.psum[bh * p.Nq + i0 + lane] = s_i;
   }
   __syncwarp();
-  auto run_group = [&](const float4(&xs)[G], int g) {
+  auto run_group = [&](const Cols(&xs)[G], int g) {
 #pragma unroll
     for (int r = 0; r < G; ++r) {
       const int row = g * G + r;
       if (row >= rows) break;
       const float4 ra = s_rec[warp][row][0], rb = s_rec[warp][row][1];
       const float rec[kTailRank] = {ra.x, ra.y, ra.z, ra.w, rb.x, rb.y};
-      float acc[4] = {xs[r].x * inv_sk, xs[r].y * inv_sk, xs[r].z * inv_sk, xs[r].w * inv_sk};
+      float acc[C];
+#pragma unroll
+      for (int e = 0; e < C; ++e) acc[e] = xs[r].v[e] * inv_sk;
       if (rb.z > 0.0f) {  // s_i > 0 (kStatS = 6)
         const float c = s_c[warp][row];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < C; ++e) {
           float back = 0.0f;  // (P K U)_i U^T, column d + e
 #pragma unroll
           for (int t = 0; t < kTailRank; ++t) back += rec[t] * uu[e][t];
           acc[e] -= c * back;
         }
       }
-      store_bf16_vec<4>(out + static_cast<int64_t>(row) * p.H * D,
-                        {p.scale * (acc[0] * unscale), p.scale * (acc[1] * unscale), p.scale * (acc[2] * unscale),
-                         p.scale * (acc[3] * unscale)});
+      float o[C];
+#pragma unroll
+      for (int e = 0; e < C; ++e) o[e] = p.scale * (acc[e] * unscale);
+      store_bf16_vec<C>(out + static_cast<int64_t>(row) * p.H * D, o);
     }
   };
   // groups in pairs, each group's loads issued before the previous group's arithmetic (x[0] / x[1] named, not

@@ -55,9 +55,13 @@ constexpr bool kBwdWgSplit = kSplitDq && D == 128;
 // 64 K rows of 128 bytes, the rows each warpgroup's n72 steps read (their descriptors point there per warpgroup).
 constexpr int kWgOnesElems = 4096;
 
-// kH16 (fp16-lowrank, D = 128): sK holds Kh^T, two column blocks of 64 keys, each 144 rows of 128 bytes (D-rows 0-63,
-// 8 rows of ones, D-rows 64-127, 8 rows of ones; docs/design-fp16-projection.md); 2 x 64 more floats for 1 / l.
-constexpr int kH16ColBlock = 144 * 64, kH16KElems = 2 * kH16ColBlock;
+// kH16 (fp16-lowrank): sK holds Kh^T, two column blocks of 64 keys, each of 72 rows of 128 bytes per 64 columns of
+// D (D = 128: D-rows 0-63, 8 rows of ones, D-rows 64-127, 8 rows of ones; D = 64: D-rows 0-63, 8 rows of ones;
+// docs/design-fp16-projection.md); 2 x 64 more floats for 1 / l.
+template <int D>
+constexpr int kH16ColBlock = (D / 64) * 72 * 64;
+template <int D>
+constexpr int kH16KElems = 2 * kH16ColBlock<D>;
 
 template <int D, bool kTma = false, bool kThresh = false, bool kSplitDq = false, bool kDkComp = false,
           bool kFwdStats = false, bool kH16 = false>
@@ -65,7 +69,7 @@ constexpr size_t bwd_wg_smem_bytes() {
   // K, V (128 keys) | Q, dO (stages x 64 rows) | bf16(dS) (64 rows x 128 keys, x 2 for v3.2) | [bf16(P),
   // 3 x 16 x 64] | [(Q U_q)^T, 2 x 16 x 64] | [bf16(U)^T, D / 64 x 16 x 64] | LSE, delta (2 x 64) | mbarriers
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
-  return sizeof(bf16_t) * ((kH16 ? kH16KElems : kWgBwdKeys * D) + kWgBwdKeys * D +
+  return sizeof(bf16_t) * ((kH16 ? kH16KElems<D> : kWgBwdKeys * D) + kWgBwdKeys * D +
                            2 * kBwdWgStages<D, kTma, kBulk> * kWgBwdRows * D +
                            (kBwdWgSplit<D, kSplitDq> ? 2 : 1) * kWgBwdRows * kWgBwdKeys +
                            (kThresh ? kWgBwdRows * kWgBwdKeys : 0) +
@@ -294,8 +298,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kDkComp || (kThresh && D == 64 && !kSplitDq), "dK compensation: thresh-lowrank on v3.1, D = 64");
   static_assert(!kVecDq || (kSplitDq && D == 128), "v3.3 is a form of v3.2 at D = 128");
   static_assert(!kFwdStats || (kThresh && !kDkComp && !kVecDq), "v3.9 is a form of thresh-lowrank's v3.1 / v3.2");
-  static_assert(!kH16 || (kSplitDq && kTma && D == 128 && !kThresh && !kStats && !kDkComp && !kVecDq),
-                "fp16-lowrank's backward is a form of v3.2 at D = 128");
+  static_assert(!kH16 || ((D == 64 || kSplitDq) && kTma && !kThresh && !kStats && !kDkComp && !kVecDq),
+                "fp16-lowrank's backward is a form of v3.2 at D = 128 and of v3.17 (v3.1 with TMA) at D = 64");
   static_assert(!kDoS || kH16, "1 / l on dO's side is a form of fp16-lowrank's backward");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
@@ -304,7 +308,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t raw = smem_u32(smem_raw);
   // Tiles [D/64][rows][64], 128B-swizzled (wgmma.cuh): one layout serves as K-major and as MN-major operand.
   bf16_t* sK = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BK][64]
-  bf16_t* sV = sK + (kH16 ? kH16KElems : BK * D);  // [kNB][BK][64] (kH16: sK is Kh^T, [2][144][64] FP16)
+  bf16_t* sV = sK + (kH16 ? kH16KElems<D> : BK * D);  // [kNB][BK][64] (kH16: sK is Kh^T, [2][72 kNB][64] FP16)
   bf16_t* sQ = sV + BK * D;                                                        // [kStages][kNB][BQ][64]
   bf16_t* sdO = sQ + kStages * BQ * D;                                             // [kStages][kNB][BQ][64]
   bf16_t* sdS = sdO + kStages * BQ * D;  // [2 key halves][BQ][64]: bf16(dS), rows = queries (dQ's K-major A)
@@ -354,10 +358,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       tma_load_4d(sdO + st * BQ * D + nb * BQ * 64, &maps.dout, nb * 64, h, i0, b, &full[st]);
     }
   };
-  if constexpr (kH16) {  // Kh^T's rows of ones (64-71, 136-143 of each column block; read after the first barrier)
+  if constexpr (kH16) {  // Kh^T's rows of ones (64-71 (D = 128: and 136-143) of each column block; read after the
+                         // first barrier)
     const int cb = threadIdx.x >> 7, grp = (threadIdx.x >> 6) & 1, r = (threadIdx.x >> 3) & 7, c = threadIdx.x & 7;
-    *reinterpret_cast<uint4*>(sK + cb * kH16ColBlock + ((grp ? 136 : 64) + r) * 64 + c * 8) =
-        make_uint4(0x3C003C00u, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u);  // FP16 ones
+    if (grp < kNB)
+      *reinterpret_cast<uint4*>(sK + cb * kH16ColBlock<D> + (72 * grp + 64 + r) * 64 + c * 8) =
+          make_uint4(0x3C003C00u, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u);  // FP16 ones
     fence_async_smem();
   }
   if constexpr (kFwdStats) {  // ones for the dQ product's r_i columns (read after the loop's first barrier)
@@ -410,7 +416,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
         for (int r = 0; r < BK; r += 64) {
           if constexpr (kH16) {  // Kh^T: keys j0 + r .., D-rows 64 nb .. into rows 72 nb of column block r / 64
-            tma_load_4d(sK + (r / 64) * kH16ColBlock + nb * 72 * 64, &maps.k, j0 + r, nb * 64, hk, b, kv_full);
+            tma_load_4d(sK + (r / 64) * kH16ColBlock<D> + nb * 72 * 64, &maps.k, j0 + r, nb * 64, hk, b, kv_full);
           } else {
             tma_load_4d(sK + nb * BK * 64 + r * 64, &maps.k, nb * 64, hk, j0 + r, b, kv_full);
           }
@@ -546,8 +552,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint64_t ds_kd = wg_desc_kmajor(sdS), k_mn = wg_desc_mnmajor(sK, BK * 128);            // dQ's A, B
   // kH16: S^T's A, Kh^T's column block wg (MN-major; M = 64 keys, one 128-byte block), and dQ's B, Kh^T's rows
   // 72 wg .. (K-major: D-rows 64 wg .. and the ones after them)
-  const uint64_t kt_mn = wg_desc_mnmajor(sK + wg_u * kH16ColBlock, kH16ColBlock * 2),
-                 kt_kd = wg_desc_kmajor(sK + wg_u * 72 * 64);
+  // (D = 64, v3.17: each warpgroup's dQ over its own keys, all of D: column block wg, its D-rows and the ones)
+  const uint64_t kt_mn = wg_desc_mnmajor(sK + wg_u * kH16ColBlock<D>, kH16ColBlock<D> * 2),
+                 kt_kd = wg_desc_kmajor(sK + wg_u * (kSplit ? 72 * 64 : kH16ColBlock<D>));
   const uint64_t p_kd = wg_desc_kmajor(sP + wg_u * BQ * 64), up_kd = wg_desc_kmajor(sUp + wg_u * kWgStatCols * 64),
                  ud_kd = wg_desc_kmajor(sUd);  // kThresh: the statistics product's
   for (int it = 0; it < count; ++it) {
@@ -767,8 +774,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     } else {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_rs_n64<1>(dv[0], pf[kk], wg_desc_advance_lo(o_mn, st_off + kk * 16 * 64), 1);
-        wgmma_rs_n64<1>(dk[0], dsf[kk], wg_desc_advance_lo(q_mn, st_off + kk * 16 * 64), 1);
+        wgmma_rs_n64<1, kDoS>(dv[0], pf[kk], wg_desc_advance_lo(o_mn, st_off + kk * 16 * 64), 1);
+        wgmma_rs_n64<1, kH16>(dk[0], dsf[kk], wg_desc_advance_lo(q_mn, st_off + kk * 16 * 64), 1);
       }
     }
     if constexpr (kDkComp) {  // E += eps^T (Q U_q): K = queries, B = the warpgroup's (Q U_q)^T tile (K-major)
@@ -855,9 +862,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const bf16_t* a = kSplit ? sdS_it + (kin >> 2) * BQ * 64 + (kin & 3) * 16 : sdS_it + wg * BQ * 64 + kin * 16;
         const bf16_t* bk = kSplit ? sK + nb * BK * 64 + kin * 16 * 64 : kw(nb) + kin * 16 * 64;
         if constexpr (kH16) {  // B = Kh^T K-major: column block kin / 4, keys 16 (kin % 4) .. of each row
-          const int a_off = (kin >> 2) * BQ * 64 + (kin & 3) * 16;
+          // (D = 64: the warpgroup's own dS block and column block, keys 16 kin ..)
+          const int a_off = (kSplit ? (kin >> 2) : wg_u) * BQ * 64 + (kin & 3) * 16;
           const uint64_t da = wg_desc_advance_lo(ds_kd, ds_off + a_off);
-          const uint64_t db = wg_desc_advance_lo(kt_kd, (kin >> 2) * kH16ColBlock + (kin & 3) * 16);
+          const uint64_t db =
+              wg_desc_advance_lo(kt_kd, (kSplit ? (kin >> 2) * kH16ColBlock<D> : 0) + (kin & 3) * 16);
           if (t < 4) {  // the warpgroup's own keys: n72, the ones rows give r_i
             wgmma_ss_n72_f16(dqa, da, db);
           } else {

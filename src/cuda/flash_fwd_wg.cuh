@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BQ = kFwdWgRows<D>, BK = 64, kNB = D / 64, kThreads = kFwdWgThreads<D>;
   static_assert(!kStats || kTma, "the forward's statistics ride on v2.2's TMA ring");
-  static_assert(!kH16 || (kStats && !kTieFix && D == 128), "fp16-lowrank's forward: v2.3 at D = 128, no fwdfix");
+  static_assert(!kH16 || (kStats && !kTieFix), "fp16-lowrank's forward: v2.3, no fwdfix");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // [kNB][BQ][64]
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
     } else if constexpr (kStats && !kFwdAblateStats) {  // (D = 64: n72)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma_rs_n72<1>(reinterpret_cast<float(&)[36]>(oacc), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
+        wgmma_rs_n72<1, kH16>(reinterpret_cast<float(&)[36]>(oacc), pf[kk], wg_desc_advance(v_desc0, kk * 16 * 64), 1);
     } else if constexpr (kNB == 2) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)

@@ -58,12 +58,7 @@ Status check_problem(const Problem& p) {
   if (p.params.fp16_dout_side && proj != Projection::kFp16LowRank) {
     return fail(ErrorCode::kInvalidArgument, "fp16_dout_side (1 / l on dO's side) is a form of projection fp16-lowrank");
   }
-  if (proj == Projection::kFp16LowRank) {  // docs/design-fp16-projection.md (D = 128 built, sessions 42-44)
-    if (p.D != 128) {
-      return fail(ErrorCode::kUnsupported,
-                  "fp16-lowrank on CUDA takes D = 128 so far (its D = 64 forward is not written), got D = " +
-                      std::to_string(p.D));
-    }
+  if (proj == Projection::kFp16LowRank) {  // docs/design-fp16-projection.md (D = 64 and 128, as every CUDA path)
     if (p.params.lowrank_rank != detail::kTailRank) {
       return fail(ErrorCode::kUnsupported, "fp16-lowrank on CUDA takes rank " + std::to_string(detail::kTailRank) +
                                                " (lowrank_rank, the default), got " +
@@ -254,15 +249,12 @@ Status forward_variant(const KernelParams& k, Variant v, bool tc, int wgmma, con
     if (s.ok) s.kernels = kernels;
     return s;
   };
-  if (k.fp16_scales != nullptr) {  // fp16-lowrank (forward() checked D = 128, the v2.2 ring and aligned rows)
-    if constexpr (D == 128) {
-      return named(launch_args(detail::flash_fwd_wg_kernel<D, false, true, true, true>,
-                               dim3((k.Nq + detail::kFwdWgRows<D> - 1) / detail::kFwdWgRows<D>, k.H, k.B),
-                               detail::kFwdWgThreads<D>, detail::fwd_wg_smem_bytes<D, true>(), stream,
-                               "forward (wgmma, fp16-lowrank)", k, maps),
-                   "forward v2.3-h16 (wgmma, TMA, fp16-lowrank: the consistent FP16 P and its statistics)");
-    }
-    return fail(ErrorCode::kUnsupported, "fp16-lowrank's forward takes D = 128");
+  if (k.fp16_scales != nullptr) {  // fp16-lowrank (forward() checked the v2.2 ring and aligned rows)
+    return named(launch_args(detail::flash_fwd_wg_kernel<D, false, true, true, true>,
+                             dim3((k.Nq + detail::kFwdWgRows<D> - 1) / detail::kFwdWgRows<D>, k.H, k.B),
+                             detail::kFwdWgThreads<D>, detail::fwd_wg_smem_bytes<D, true>(), stream,
+                             "forward (wgmma, fp16-lowrank)", k, maps),
+                 "forward v2.3-h16 (wgmma, TMA, fp16-lowrank: the consistent FP16 P and its statistics)");
   }
   if (tc && wgmma != 0 && v != Variant::kFp32) {
     return named(v == Variant::kBaseline ? forward_wg<D, false>(k, wgmma, maps, stream)
@@ -867,10 +859,12 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
       vh.data = c.vh;
       vh.stride[0] = p.Nk * p.Hkv * p.D, vh.stride[1] = p.Hkv * p.D, vh.stride[2] = p.D, vh.stride[3] = 1;
       if (s.ok) s = tensor_map(&maps.v, vh, p.B, p.Nk, p.Hkv, p.D, "vh (the FP16 copy of v)");
-      if (s.ok) s = lowrank_prepass<128, false>(kp, st, false);
+      if (s.ok) s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, false) : lowrank_prepass<128, false>(kp, st, false);
       if (s.ok) {
-        s = launch(detail::ku_kernel<128, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
-                   detail::kBwdThreads);
+        s = p.D == 64 ? launch(detail::ku_kernel<64, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
+                               detail::kBwdThreads)
+                      : launch(detail::ku_kernel<128, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
+                               detail::kBwdThreads);
       }
       if (!s.ok) return s;
     }
@@ -1155,11 +1149,13 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   const unsigned pre_blocks = static_cast<unsigned>((rows + detail::kPreRows - 1) / detail::kPreRows);
   if (dos) {  // 1 / l on dO's side: the first pass takes only max |dO_i| per head (r_i is zeroed above)
     const int cpr = static_cast<int>(p.H * p.D / 8), threads = std::min(256, (cpr + 31) / 32 * 32);
-    detail::h16_dout_max_kernel<128><<<dim3((cpr + threads - 1) / threads,
+    const auto dmax = p.D == 64 ? detail::h16_dout_max_kernel<64> : detail::h16_dout_max_kernel<128>;
+    dmax<<<dim3((cpr + threads - 1) / threads,
                                             (p.Nq + detail::kDoutMaxTokens - 1) / detail::kDoutMaxTokens, p.B),
                                        threads, 0, st>>>(kp);
   } else {
-    const auto pre = detail::bwd_preprocess_vec_kernel<128, true, true>;  // carveout apart, as gproj's (v3.40)
+    const auto pre = p.D == 64 ? detail::bwd_preprocess_vec_kernel<64, true, true>  // carveout apart, as gproj's
+                               : detail::bwd_preprocess_vec_kernel<128, true, true>;  // (v3.40)
     if (cudaFuncSetAttribute(pre, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
       return last_error("backward preprocess carveout");
     }
@@ -1167,7 +1163,8 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
   }
   if (Status s = last_error("backward preprocess (fp16-lowrank)"); !s.ok) return s;
   if (dos) {  // its second pass: dOh and delta' from the first pass's max |dO_i| per head
-    const auto pre2 = detail::bwd_preprocess_vec_kernel<128, true, true, true>;
+    const auto pre2 = p.D == 64 ? detail::bwd_preprocess_vec_kernel<64, true, true, true>
+                                : detail::bwd_preprocess_vec_kernel<128, true, true, true>;
     if (cudaFuncSetAttribute(pre2, cudaFuncAttributePreferredSharedMemoryCarveout, 85) != cudaSuccess) {
       return last_error("backward preprocess carveout");
     }
@@ -1175,20 +1172,36 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
     if (Status s = last_error("backward preprocess, dOh (fp16-lowrank)"); !s.ok) return s;
   }
   const dim3 grid((p.Nk + detail::kWgBwdKeys - 1) / detail::kWgBwdKeys, p.H, p.B);
+  // D = 128: v3.2-h16 (dQ's columns split between the warpgroups); D = 64: v3.17-h16 (each warpgroup's dQ over its
+  // own keys, all of D, into the same tiles)
   constexpr size_t smem = detail::bwd_wg_smem_bytes<128, true, false, true, false, false, true>();
-  Status s = dos ? launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true, true>,
-                               grid, detail::kWgThreads, smem, st, "backward main, wgmma, fp16-lowrank, 1/l on dO",
-                               kp, maps)
-                 : launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true>,
-                               grid, detail::kWgThreads, smem, st, "backward main, wgmma, fp16-lowrank", kp, maps);
+  constexpr size_t smem64 = detail::bwd_wg_smem_bytes<64, true, false, false, false, false, true>();
+  Status s;
+  if (p.D == 64) {
+    s = dos ? launch_args(detail::flash_bwd_wg_kernel<64, false, true, false, false, false, false, false, true, true>,
+                          grid, detail::kWgThreads, smem64, st, "backward main, wgmma, fp16-lowrank, 1/l on dO", kp,
+                          maps)
+            : launch_args(detail::flash_bwd_wg_kernel<64, false, true, false, false, false, false, false, true>, grid,
+                          detail::kWgThreads, smem64, st, "backward main, wgmma, fp16-lowrank", kp, maps);
+  } else {
+    s = dos ? launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true, true>,
+                          grid, detail::kWgThreads, smem, st, "backward main, wgmma, fp16-lowrank, 1/l on dO", kp, maps)
+            : launch_args(detail::flash_bwd_wg_kernel<128, false, true, false, true, false, false, false, true>, grid,
+                          detail::kWgThreads, smem, st, "backward main, wgmma, fp16-lowrank", kp, maps);
+  }
   if (!s.ok) return s;
   constexpr int kPost = 256;
   const int64_t nk = p.B * p.Nk * p.Hkv * p.D / 4;
-  detail::h16_dq_kernel<<<dim3((p.Nq + detail::kH16DqRows - 1) / detail::kH16DqRows,
-                               (p.H + detail::kH16DqHeads - 1) / detail::kH16DqHeads, p.B),
-                          256, 0, st>>>(kp);
+  const dim3 dq_grid((p.Nq + detail::kH16DqRows - 1) / detail::kH16DqRows,
+                     (p.H + detail::kH16DqHeads - 1) / detail::kH16DqHeads, p.B);
+  if (p.D == 64) {
+    detail::h16_dq_kernel<64><<<dq_grid, 256, 0, st>>>(kp);
+  } else {
+    detail::h16_dq_kernel<128><<<dq_grid, 256, 0, st>>>(kp);
+  }
   if (Status e = last_error("backward dQ post-pass (fp16-lowrank)"); !e.ok) return e;
-  *kernels = std::string("backward v3.2-h16 (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of "
+  *kernels = std::string(p.D == 64 ? "backward v3.17-h16" : "backward v3.2-h16") +
+             std::string(" (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of "
                          "ones, rank-6 dQ projection") +
              (dos ? "; 1/l on dO: dP' = Vh dOh^T, dV = fp16(P^)^T dOh)" : ")");
   if (dkv_direct == 3) return {};

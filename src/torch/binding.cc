@@ -171,8 +171,8 @@ Tensors4 cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   const int64_t n = h16 ? static_cast<int64_t>(gproj::cuda::forward_stats_bytes(pr) / sizeof(float))
                         : basis ? basis_numel(pr.B, pr.Hkv, pr.D, p) : 0;
   if (h16 && n == 0) {
-    throw Error(ErrorCode::kUnsupported, "projection fp16-lowrank on CUDA takes D = 128 so far (its D = 64 kernels "
-                                         "are not written), got D = " + std::to_string(pr.D));
+    throw Error(ErrorCode::kUnsupported, "projection fp16-lowrank on CUDA takes D = 64 or 128, got D = " +
+                                             std::to_string(pr.D));
   }
   at::Tensor u = n > 0 ? at::empty({n}, lse.options()) : empty_fp32(q);
   at::Tensor scratch;  // the forward workspace (Gram partials; fp16-lowrank: and vh), needed only until the stream

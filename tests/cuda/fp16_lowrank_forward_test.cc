@@ -228,6 +228,9 @@ TEST(Fp16LowRankForward, MatchesTheEmulatorOnAwkwardSizes) {
       {97, 97, 2, 2, 128, false, 64, 64},   {1025, 97, 2, 1, 128, true, 64, 64}, {64, 200, 4, 2, 128, false, 64, 64},
       {200, 333, 2, 2, 128, true, 64, 64},  {1, 64, 1, 1, 128, false, 64, 64},   {300, 300, 4, 1, 128, true, 64, 64},
       {97, 1025, 2, 2, 128, false, 64, 64},
+      // D = 64
+      {97, 97, 2, 2, 64, false, 64, 64},    {1025, 97, 2, 1, 64, true, 64, 64},  {200, 333, 2, 2, 64, true, 64, 64},
+      {1, 64, 1, 1, 64, false, 64, 64},
   };
   for (const test::Case& c : cases) {
     const AttentionState s = test::state_for(c, 4200 + c.Nq + 7 * c.Nk);
@@ -251,7 +254,7 @@ TEST(Fp16LowRankForward, HeadsFarApartInScale) {
 }
 
 // What the CUDA path does not take, refused with a status that says so, before any device call (runs without a
-// GPU): D = 64, a forward without its statistics buffers, a backward without the forward's, 1 / l on dO's side
+// GPU): D = 32, a forward without its statistics buffers, a backward without the forward's, 1 / l on dO's side
 // for another projection.
 TEST(Fp16LowRankForward, RefusesWhatItDoesNotTake) {
   cuda::Problem p;
@@ -267,13 +270,16 @@ TEST(Fp16LowRankForward, RefusesWhatItDoesNotTake) {
   EXPECT_FALSE(st.ok);
   EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);
   EXPECT_NE(st.message.find("forward_stats"), std::string::npos) << st.message;
-  cuda::Problem d64 = p;
-  d64.D = 64;
-  st = cuda::forward(d64, t, t, t, t, tl, none, nullptr);
+  cuda::Problem d32 = p;
+  d32.D = 32;
+  EXPECT_FALSE(cuda::forward_stats_apply(d32));
+  st = cuda::forward(d32, t, t, t, t, tl, none, nullptr);
   EXPECT_FALSE(st.ok);
   EXPECT_EQ(st.code, ErrorCode::kUnsupported);
-  EXPECT_NE(st.message.find("D = 128"), std::string::npos) << st.message;
-  EXPECT_FALSE(cuda::forward_stats_apply(d64));
+  EXPECT_NE(st.message.find("D = 32"), std::string::npos) << st.message;  // (CUDA takes D = 64 or 128 at all)
+  cuda::Problem d64 = p;
+  d64.D = 64;
+  EXPECT_TRUE(cuda::forward_stats_apply(d64));
   st = cuda::backward(p, t, t, t, t, none, tl, t, t, t, t, dummy, nullptr);  // without the forward's statistics
   EXPECT_FALSE(st.ok);
   EXPECT_EQ(st.code, ErrorCode::kInvalidArgument);

@@ -397,26 +397,27 @@ def test_cuda_forward_forms_k_basis_for_the_backward():
 @needs_cuda_device
 @needs_cuda_kernels
 def test_cuda_fp16_lowrank_within_derived_tolerance():
-    # Projection fp16-lowrank on CUDA (D = 128; docs/design-fp16-projection.md): the forward's statistics and FP16
-    # copies travel to the backward in the fourth output, sized by _C.stats_numel; the gradients stay within the
-    # derived tolerance and close to the CPU emulator's; D = 64 is refused with the reason.
+    # Projection fp16-lowrank on CUDA (D = 64 and 128; docs/design-fp16-projection.md): the forward's statistics and
+    # FP16 copies travel to the backward in the fourth output, sized by _C.stats_numel; the gradients stay within
+    # the derived tolerance and close to the CPU emulator's; D = 32 is refused with the reason.
     fp16 = functools.partial(gproj.attention, projection="fp16-lowrank")
-    (q, k, v, do, causal, scale), ref, tol = case_data("nq_lt_nk_full_d128")
-    qc, kc, vc, doc = (t.cuda() for t in (q, k, v, do))
-    out = run_gproj("gproj", qc, kc, vc, doc, causal, scale, fp16)
-    cpu = run_gproj("gproj", q, k, v, do, causal, scale, fp16)
-    err = errors({f: out[f].cpu() for f in FIELDS}, ref)
-    for f in FIELDS:
-        assert err[f] <= tol[f], f"cuda fp16-lowrank {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
-        assert rel_err(out[f].cpu(), cpu[f].double()) <= tol[f], f"cuda against the CPU emulator, {f}"
+    for name in ("gqa_causal", "nq_lt_nk_full_d128"):
+        (q, k, v, do, causal, scale), ref, tol = case_data(name)
+        qc, kc, vc, doc = (t.cuda() for t in (q, k, v, do))
+        out = run_gproj("gproj", qc, kc, vc, doc, causal, scale, fp16)
+        cpu = run_gproj("gproj", q, k, v, do, causal, scale, fp16)
+        err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+        for f in FIELDS:
+            assert err[f] <= tol[f], f"{name}: cuda fp16-lowrank {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+            assert rel_err(out[f].cpu(), cpu[f].double()) <= tol[f], f"{name}: cuda against the CPU emulator, {f}"
     B, Nq, H, D = q.shape
     args = (qc, kc, vc, causal, scale, "gproj", None, "fp16-lowrank", None, True)
     *_, stats = ops.attention_forward(*args)
     assert stats.shape == (gproj._C.stats_numel(B, Nq, k.shape[1], H, k.shape[2], D, "gproj", "fp16-lowrank"),)
     assert stats.numel() > 0
     torch.library.opcheck(ops.attention_forward, args)
-    (q, k, v, _, causal, _), _, _ = case_data("gqa_causal")
-    with pytest.raises(ValueError, match="takes D = 128"):
+    (q, k, v, _, causal, _), _, _ = case_data("nq_lt_nk_mqa_causal")  # D = 32
+    with pytest.raises(ValueError, match="D = 32"):
         gproj.attention(q.cuda(), k.cuda(), v.cuda(), causal=causal, projection="fp16-lowrank")
 
 

@@ -66,8 +66,8 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
 // variant gproj, projection thresh-lowrank, the v2.2 forward and the v3.1 / v3.2 backward by choice or auto
 // (not deterministic, no dK compensation), D 64 or 128. The tensors' rows must also be 16-byte aligned.
 // Projection fp16-lowrank (docs/design-fp16-projection.md) always carries them: its forward() refuses to run
-// without forward_stats and forward_workspace, which also receive its FP16 copies of q, k and v (D = 128, the v2.2
-// forward; its CUDA backward is not written yet and refuses).
+// without forward_stats and forward_workspace, which also receive its FP16 copies of q, k and v (D = 64 or 128, the
+// v2.2 forward; its backward takes D = 128 only so far and refuses D = 64).
 bool forward_stats_apply(const Problem& p);
 // Bytes of Problem::forward_stats (the rows' records, U, bf16(K U) and its tiles; fp16-lowrank: also the FP16
 // copies of q and k and their scales; kept from forward to backward) and of Problem::forward_workspace (the Gram

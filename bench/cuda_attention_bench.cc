@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
         // gproj with the dK compensation (experimental; D = 64 rows only). gproj-fs: gproj with the statistics from
         // the forward (docs/gproj-forward-stats.md). gproj-fb: gproj with K's basis from the forward
         // (docs/gproj-forward-basis.md). gproj-h16: gproj with projection fp16-lowrank
-        // (docs/design-fp16-projection.md; D = 128); its forward's time includes the FP16 conversion pass. gproj-h16d:
+        // (docs/design-fp16-projection.md; D = 64 and 128); its forward's time includes the FP16 conversion pass. gproj-h16d:
         // the same with 1 / l on dO's side (FlashParams::fp16_dout_side).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
@@ -287,8 +287,6 @@ int main(int argc, char** argv) {
           if (only.empty() ? on_demand : only != cfg.label) continue;
           if (cfg.dk_rank != 0 && D != 64) continue;
           if (cfg.wgmma_backward == 4 && D != 128) continue;  // v3.3: D = 128 only
-          const bool h16 = cfg.projection == Projection::kFp16LowRank;
-          if (h16 && D != 128) continue;  // its kernels take D = 128 so far
           const Variant var = cfg.variant;
           cuda::Problem p;
           p.B = B;

@@ -44,7 +44,9 @@ run_sanitizers() {
 small_cases='Awkward/CudaSweep.*/q1_k97_h2x2_d64*:Awkward/CudaSweep.ThreshLowRankMatchesOracleAndCpu/q97_k97_h2x2_d128*:'
 small_cases+='Awkward/CudaSweep.Fp16LowRankMatchesOracleAndCpu/q97_k97_h2x2_d128*:'
 small_cases+='Cuda.OddRowCountKeepsTheWorkspaceAligned:Cuda.WorkspaceSizedForTheTensorsLeavesOutUnusedAccumulators:'
-small_cases+='ConvertFp16.ScalesAndEveryElementMatchTheCpu:Fp16LowRankForward.HeadsFarApartInScale'
+small_cases+='ConvertFp16.ScalesAndEveryElementMatchTheCpu:Fp16LowRankForward.HeadsFarApartInScale:'
+# (Nk = 64 at D = 64: the second warpgroup has no keys and skips every block, session 46's synccheck finding)
+small_cases+='Awkward/CudaSweep.EveryVariantMatchesOracleAndCpu/q200_k64_*:Awkward/CudaSweep.Fp16LowRankMatchesOracleAndCpu/q200_k64_*'
 
 # The prebuilt extension into python/gproj by rename (a process beside this one may have the old file mapped).
 install_prebuilt_extension() {

@@ -585,13 +585,17 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       load_row(qb + 1);
       wg_bar_sync(1 + wg);
       // A warpgroup whose 64 keys no query of this block sees (the causal diagonal's first block, keys past Nk)
-      // would only add zeros: it releases the stage and moves on.
+      // would only add zeros: it releases the stage and moves on, once the stage has landed. (Until session 46
+      // it released it at once: a warpgroup that skipped every block, as when the last key block holds <= 64
+      // keys, ran ahead and arrived twice on a stage's empty barrier within one phase, completing it early, so
+      // that the producer could reload a stage the other warpgroup still read; compute-sanitizer synccheck,
+      // "missing wait", on q200_k64 at D = 64.)
+      mbar_wait(&full[st], (it / kStages) & 1);
       if (!kSplit && j0 + wg * 64 > last_visible(p, min(i0 + BQ, p.Nq) - 1)) {  // (v3.2 needs both halves)
         if (lane == 0) mbar_arrive(&empty[st]);
         produce(it);
         continue;
       }
-      mbar_wait(&full[st], (it / kStages) & 1);
     } else {
       load_q(qb + 1);
       if (threadIdx.x < BQ) {  // LSE and delta of the block's rows (0 past Nq; those columns are masked)

@@ -28,7 +28,7 @@ run_sanitizers() {
   shift 3
   for tool in "$@"; do
     t0=$(date +%s)
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" >"$dir/sanitizer_$tool.log" 2>&1
+    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" >"$dir/sanitizer_$tool.log" 2>&1
     rc=$?
     [ "$rc" -eq 0 ] || failed=1
     local line="compute-sanitizer $tool: rc=$rc in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/sanitizer_$tool.log" | tail -1)"

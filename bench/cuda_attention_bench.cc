@@ -258,8 +258,8 @@ int main(int argc, char** argv) {
         // gproj with the dK compensation (experimental; D = 64 rows only). gproj-fs: gproj with the statistics from
         // the forward (docs/gproj-forward-stats.md). gproj-fb: gproj with K's basis from the forward
         // (docs/gproj-forward-basis.md). gproj-h16: gproj with projection fp16-lowrank
-        // (docs/design-fp16-projection.md; D = 64 and 128); its forward's time includes the FP16 conversion pass. gproj-h16d:
-        // the same with 1 / l on dO's side (FlashParams::fp16_dout_side).
+        // (docs/design-fp16-projection.md; D = 64 and 128); its forward's time includes the FP16 conversion pass.
+        // gproj-h16d: the same with 1 / l on dO's side (FlashParams::fp16_dout_side).
         constexpr Projection kNone = Projection::kNone, kThresh = Projection::kThreshLowRank;
         for (const Config& cfg : {Config{"baseline", Variant::kBaseline, kNone},
                                   Config{"base-v1", Variant::kBaseline, kNone, 0, 0},

@@ -446,7 +446,8 @@ __global__ void bwd_postprocess_dq_kernel(const KernelParams p) {
 // fp16-lowrank's dQ post-pass (docs/design-fp16-projection.md, build step 5): dQacc is in sigma s_k units (FP16 dS
 // times Kh), r_i (after each tile's rows, kH16DqTileFloats) in sigma's; with the forward's record of the row
 // (p.fwd_stats: P (K U) / l in columns 0-5, s_i in kStatS) and K's basis p.u,
-// dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU emulator's order. It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
+// dQ = bf16(scale (dQacc / s_k - (r_i / s_i) (P (K U))_i U^T) / sigma), the CPU emulator's order.
+// It also leaves r_i / sigma in p.rowsum and s_i in p.psum (the audit's row sums).
 // A CTA takes kH16DqRows rows of 8 heads, each warp one head's rows, each lane 4 columns, whose 24 values of U it
 // holds in registers, so that the CTA writes 8 heads' 2 KB of each row together (dQ's (B, N, H, D) layout).
 // v5: a warp first stages its rows' records in shared memory and forms each row's c = r_i / s_i on the lane of that

@@ -277,11 +277,13 @@ static_assert(kAblate >= 0 && kAblate < 256, "GPROJ_ABLATE is an 8-bit mask (16,
 // only r_i, through the dQ product: one 64-column block of it becomes m64n72k16, whose last 8 columns read a
 // shared tile of ones (the descriptor's N-block stride points there), so r_i costs no extra read of bf16(dS).
 // No statistics product, no K U product, one 4-byte atomic per row and warpgroup instead of the 32-byte record.
-// kH16 (fp16-lowrank, on v3.2 at D = 128; docs/design-fp16-projection.md, build step 4): sK holds Kh^T (maps.k over
-// the forward's kht) with rows of ones, the Q stages hold Qh (maps.q over qh); S^T = Kh Qh^T reads A MN-major; the
+// kH16 (fp16-lowrank, on v3.2 at D = 128 and v3.17 at D = 64; docs/design-fp16-projection.md, build step 4; session 46
+// for D = 64: Kh^T in kH16ColBlock<D> blocks, each warpgroup's dQ over its own keys): sK holds Kh^T (maps.k over the
+// forward's kht) with rows of ones, the Q stages hold Qh (maps.q over qh); S^T = Kh Qh^T reads A MN-major; the
 // element-wise step rebuilds the consistent P = fp16(exp2(S scale log2e - M)) / l with M = ceil(LSE log2e), rounds
-// sigma dS to FP16 (the dK product's A and the dQ product's tile); dQ = dS Kh reads B K-major over Kh^T, its own
-// keys' four steps m64n72k16 with the ones rows (r_i, added to p.rowsum); dK = fp16(dS^T) Qh; dV as baseline's.
+// sigma dS to FP16 (the dK product's A and the dQ product's tile); dQ = dS Kh reads B K-major over Kh^T, its own keys'
+// four steps m64n72k16 with the ones rows (r_i, sent in the dQ tile since v3.2-h16c); dK = fp16(dS^T) Qh; dV as
+// baseline's.
 // dK leaves divided by sigma s_q; dQacc is in sigma s_k units (the dQ post-pass takes them out and projects).
 // kDoS (kH16 with 1 / l on dO's side, FlashParams::fp16_dout_side; docs/design-fp16-projection.md): maps.dout reads
 // dOh = fp16(dO / l s_do) and maps.v the forward's vh, dP' = Vh dOh^T is an FP16 product, sigma dS = fp16(P^) (dP'

@@ -110,9 +110,10 @@ __device__ __forceinline__ int64_t dq_acc_tiled_index(const KernelParams& p, int
   const int64_t groups = (p.Nq + 15) / 16;
   return ((bh * groups + i / 16) * (p.D / 64) + d / 64) * 1024 + dq_tile_word(i % 16, d % 64);
 }
-// fp16-lowrank's dQacc tiles (v3.2-h16c, D = 128): the same 16 rows x 64 columns, then the 16 rows' r_i over the
-// keys of the warpgroup that forms that column block (the main kernel's n72 ones columns), 4160 bytes: a warp's
-// rows and their r_i leave as one bulk reduce-add; r_i of a row is the sum of its two column blocks' words.
+// fp16-lowrank's dQacc tiles (v3.2-h16c at D = 128, v3.17-h16 at D = 64): the same 16 rows x 64 columns, then the
+// 16 rows' r_i over the keys of the warpgroup(s) that send that column block (the main kernel's n72 ones columns),
+// 4160 bytes: a warp's rows and their r_i leave as one bulk reduce-add; r_i of a row is the sum of its column
+// blocks' words (D = 128: two, each from one warpgroup; D = 64: one, into which both warpgroups add).
 constexpr int kH16DqTileFloats = 1024 + 16;
 __device__ __forceinline__ int64_t dq_acc_index(const KernelParams& p, int64_t bh, int i, int d) {
   return p.dq_tiled ? dq_acc_tiled_index(p, bh, i, d) : (bh * p.Nq + i) * p.D + d;

@@ -426,8 +426,8 @@ Status backward_variant(const KernelParams& k, Variant v, bool pweighted, bool d
 }
 
 // Workspace layout, 4-byte words: delta, rowsum, psum (B H Nq) | dq_acc (B H Nq' D, Nq' = Nq rounded up to 16 for
-// v3.15's row groups; fp16-lowrank: its tiles of kH16DqTileFloats, each with its rows' r_i) | pk (as dq_acc with pweighted; B H D with thresh-lowrank: the uniform dK part's total per
-// head; none otherwise, v1.30)
+// v3.15's row groups; fp16-lowrank: its tiles of kH16DqTileFloats, each with its rows' r_i) | pk (as dq_acc with
+// pweighted; B H D with thresh-lowrank: the uniform dK part's total per head; none otherwise, v1.30)
 // | for thresh-lowrank only, first the regions its kernels accumulate into (zeroed by one memset):
 // list_count (B H Nq) | pku (B H Nq 8) | head_done, main_done (B H each); then rest (B H Nq) | list_j, list_p
 // (B H Nq k) | part (B H ceil(Nq/64) D) | gram (B Hkv chunks D D: a partial matrix per chunk of keys) |
@@ -1063,9 +1063,10 @@ Status kht_map(CUtensorMap* map, void* kht, const Problem& p) {
   return encode_sw128_map(map, kht, dims, strides, box, ErrorCode::kDevice, "kht (the FP16 K^T)", "");
 }
 
-// fp16-lowrank's backward (docs/design-fp16-projection.md, build steps 4-5; D = 128): the preprocess (delta from the
-// forward's FP16 O, each head's max |dO_i|), the v3.2-h16 main kernel over the forward's Qh and Kh^T, the dQ
-// post-pass with the rank-6 projection, and the dK / dV postprocess where the main kernel does not store them.
+// fp16-lowrank's backward (docs/design-fp16-projection.md, build steps 4-5; D = 64 or 128): the preprocess (delta
+// from the forward's FP16 O, each head's max |dO_i|), the v3.2-h16 (D = 128) or v3.17-h16 (D = 64) main kernel over
+// the forward's Qh and Kh^T, the dQ post-pass with the rank-6 projection, and the dK / dV postprocess where the main
+// kernel does not store them.
 Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                     const DeviceTensor& lse, const DeviceTensor& dout, const DeviceTensor& dq, const DeviceTensor& dk,
                     const DeviceTensor& dv, void* workspace, cudaStream_t st, std::string* kernels) {

@@ -67,7 +67,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
 // (not deterministic, no dK compensation), D 64 or 128. The tensors' rows must also be 16-byte aligned.
 // Projection fp16-lowrank (docs/design-fp16-projection.md) always carries them: its forward() refuses to run
 // without forward_stats and forward_workspace, which also receive its FP16 copies of q, k and v (D = 64 or 128, the
-// v2.2 forward; its backward takes D = 128 only so far and refuses D = 64).
+// v2.2 forward; its backward: v3.2-h16 at D = 128, v3.17-h16 at D = 64).
 bool forward_stats_apply(const Problem& p);
 // Bytes of Problem::forward_stats (the rows' records, U, bf16(K U) and its tiles; fp16-lowrank: also the FP16
 // copies of q and k and their scales; kept from forward to backward) and of Problem::forward_workspace (the Gram

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device command for a kernel candidate against a reference build (what session 39's runs 2-4 did, each
 # written out as its own script): the candidate's GPU tests, compute-sanitizer memcheck on the small cases and the
-# audit with gproj's dQ / dK bound of 0.5%; then both builds' cuda_attention_bench rows side by side
-# (scripts/device_bench_ab.sh), the rows per round (ab_summary), each build's backward overhead over baseline's per
+# audit with gproj's dQ / dK bound of 0.5% (and fp16-lowrank's own, fp16_lowrank_checks); then both builds'
+# cuda_attention_bench rows side by side (scripts/device_bench_ab.sh), the rows per round (ab_summary), each build's backward overhead over baseline's per
 # round (ab_overhead, for each variant of ONLY but baseline) and, with NCU=1, one backward's kernel times. Device
 # tool, from the repository root:
 #   CANDIDATE=.pb_x REFERENCE=.ab_y bash scripts/device_candidate_ab.sh NAME
@@ -55,6 +55,7 @@ timeout 100 "$bin/bin/gproj" check --suite stress --device all --quiet --json "$
 rc=$?
 [ $rc -eq 0 ] || failed=1
 echo "gproj check --device all ($commit): rc=$rc at $(( $(date +%s) - t0 )) s; $(tail -1 "$out/check.txt")"
+fp16_lowrank_checks "$bin/bin/gproj" "$out" || failed=1
 only=${ONLY:-baseline gproj-fb}
 BENCHES="$benches" SHAPES="${SHAPES:-128:4096:0 128:4096:1 64:4096:0}" INPUTS="${INPUTS:-gaussian q4}" \
   ONLY="$only" ROUNDS="${ROUNDS:-2}" NCU="${NCU:-1}" NCU_ONLY="${NCU_ONLY:-gproj-fb}" \

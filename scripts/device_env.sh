@@ -37,6 +37,24 @@ run_sanitizers() {
   return "$failed"
 }
 
+# fp16-lowrank's own audit on CUDA (not among `gproj check`'s default variants): the stress suite with dQ, dK <= 0.5%
+# and the real states with <= 0.3% (issue 4's bars). Writes DIR/check_fp16_stress.txt and DIR/check_fp16_real.txt,
+# prints a line each; returns 1 when either fails. (Session 46's run scripts wrote this out each time.)
+fp16_lowrank_checks() {
+  local gproj_bin=$1 dir=$2 rc failed=0
+  timeout 60 "$gproj_bin" check --suite stress --variants gproj --projection fp16-lowrank --device cuda --quiet \
+    --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$dir/check_fp16_stress.txt" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || failed=1
+  echo "== gproj check fp16-lowrank (stress, cuda): rc=$rc; $(tail -1 "$dir/check_fp16_stress.txt")"
+  timeout 60 "$gproj_bin" check --suite stress --cases real --variants gproj --projection fp16-lowrank --device cuda \
+    --quiet --fail-above gproj:dq=0.003,gproj:dk=0.003 >"$dir/check_fp16_real.txt" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || failed=1
+  echo "== gproj check fp16-lowrank (real states, cuda): rc=$rc; $(tail -1 "$dir/check_fp16_real.txt")"
+  return "$failed"
+}
+
 # The small cases of every kernel path, for compute-sanitizer (device_check.sh, device_candidate_tests.sh): the
 # default and wide backward, thresh-lowrank on v3.1 (D = 64) and v3.2 (D = 128: its in-kernel K U and the per-key
 # dK table), (odd row count) pweighted and thresh-lowrank, and fp16-lowrank's conversion pass and backward (both

@@ -369,3 +369,20 @@ def test_candidate_tests_report_prints_status_summary_and_failures(tmp_path):
     lines = r.stdout.splitlines()
     assert lines[0].startswith("candidate tests rc=1 at ") and lines[0].endswith(" s"), r.stdout
     assert lines[1:] == ["== cuda_tests: rc=1", "[  FAILED  ] Cuda.Something", "status 1"]
+
+
+def test_fp16_lowrank_checks_runs_both_audits_with_the_issue_bars(tmp_path):
+    # A stand-in gproj that records its arguments and fails the real-states audit: both audits run, each with its
+    # bar (0.5% on the stress suite, 0.3% on the real states), and the failure is the function's status.
+    fake = tmp_path / "gproj"
+    fake.write_text('#!/usr/bin/env bash\necho "$*" >> "$(dirname "$0")/calls"\n'
+                    'case "$*" in *"--cases real"*) echo "failed: 1 of 2 rows"; exit 1;; esac\necho "passed"\n')
+    fake.chmod(0o755)
+    r = device_env_call(tmp_path, f"fp16_lowrank_checks {fake} {tmp_path}")
+    assert r.returncode == 1, r.stdout + r.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 2
+    assert "--projection fp16-lowrank --device cuda" in calls[0] and "gproj:dq=0.005,gproj:dk=0.005" in calls[0]
+    assert "--cases real" in calls[1] and "gproj:dq=0.003,gproj:dk=0.003" in calls[1]
+    assert (tmp_path / "check_fp16_stress.txt").read_text().strip() == "passed"
+    assert "stress, cuda): rc=0; passed" in r.stdout and "real states, cuda): rc=1; failed: 1 of 2 rows" in r.stdout

@@ -52,7 +52,7 @@ TEST_P(SharedKey, Fp16LowRankRemovesTheBiasWithoutADkCorrection) {
   const AttentionState s = shared_key_state(GetParam());
   const OracleRun oracle = run_oracle(s);
   const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle);
-  const VariantRun thresh = run_variant(s, test::params_for(Variant::kGproj), oracle);
+  const VariantRun thresh = run_variant(s, test::params_for(Variant::kGproj, Projection::kThreshLowRank), oracle);
   const VariantRun h16 = run_variant(s, test::params_for(Variant::kGproj, Projection::kFp16LowRank), oracle);
   test::print_evidence("baseline", base);
   test::print_evidence("gproj / thresh-lowrank", thresh);
@@ -339,7 +339,7 @@ TEST(Projection, DkCompensationRemovesTheQueriesSharedComponentFromDk) {
   states.emplace_back("training layer 1", load_state(::gproj::default_data_dir() + "/real_s2_step5000_layer1.safetensors"));
   for (const auto& [name, s] : states) {
     const OracleRun oracle = run_oracle(s);
-    FlashParams p = test::params_for(Variant::kGproj);
+    FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
     const VariantRun plain = run_variant(s, p, oracle);
     p.dk_compensation_rank = 8;
     const VariantRun comp = run_variant(s, p, oracle);
@@ -375,7 +375,7 @@ TEST(Projection, DkCompensationHelpsWithOneQueryRow) {
       spec.seed = seed;
       const AttentionState s = make_synthetic(spec);
       const OracleRun oracle = run_oracle(s);
-      FlashParams p = test::params_for(Variant::kGproj);
+      FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
       const VariantRun plain = run_variant(s, p, oracle);
       p.dk_compensation_rank = 8;
       const VariantRun comp = run_variant(s, p, oracle);
@@ -387,7 +387,7 @@ TEST(Projection, DkCompensationHelpsWithOneQueryRow) {
 
 TEST(Projection, DkCompensationRankIsChecked) {
   const AttentionState s = shared_key_state(false);
-  FlashParams p = test::params_for(Variant::kGproj);
+  FlashParams p = test::params_for(Variant::kGproj, Projection::kThreshLowRank);
   const ForwardResult f = attention_forward(Device::kCpu, s.q.view(), s.k.view(), s.v.view(), p);
   for (int bad : {-1, 65}) {
     p.dk_compensation_rank = bad;

@@ -17,10 +17,10 @@ TEST_P(RealState, GprojReachesTheBf16Floor) {
   const OracleRun oracle = run_oracle(s);
   const VariantRun fp = run_variant(s, test::params_for(Variant::kFp32), oracle);
   const VariantRun base = run_variant(s, test::params_for(Variant::kBaseline), oracle);
-  const VariantRun fix = run_variant(s, test::params_for(Variant::kGproj), oracle);
+  const VariantRun fix = run_variant(s, test::params_for(Variant::kGproj, Projection::kThreshLowRank), oracle);
   test::print_evidence("fp32", fp);
   test::print_evidence("baseline", base);
-  test::print_evidence("gproj", fix);
+  test::print_evidence("gproj / thresh-lowrank", fix);
   EXPECT_GE(base.dq.rel_fro, 0.02) << "baseline dQ error on a real state should be several percent";
   EXPECT_LE(fix.dq.rel_fro, 0.003);
   EXPECT_LE(fix.dk.rel_fro, 0.003);

@@ -370,24 +370,25 @@ def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(varian
 @needs_cuda_device
 @needs_cuda_kernels
 def test_cuda_forward_forms_k_basis_for_the_backward():
-    # With a backward to follow, gproj's CUDA forward forms K's basis beside its kernel (docs/gproj-forward-basis.md):
-    # B Hkv D 8 floats, the same bits on every call (the pre-passes have no atomics), 8 orthonormal columns per
-    # kv head; the gradients from it stay within the derived tolerance.
+    # With a backward to follow, gproj's CUDA forward with thresh-lowrank forms K's basis beside its kernel
+    # (docs/gproj-forward-basis.md): B Hkv D 8 floats, the same bits on every call (the pre-passes have no atomics),
+    # 8 orthonormal columns per kv head; the gradients from it stay within the derived tolerance.
     for case in ("gqa_causal", "nq_lt_nk_full_d128"):
         (q, k, v, do, causal, scale), ref, tol = case_data(case)
         q, k, v, do = (t.cuda() for t in (q, k, v, do))
         B, _, Hkv, D = k.shape
-        args = (q, k, v, causal, scale, "gproj", None, None, None, True)
+        args = (q, k, v, causal, scale, "gproj", None, "thresh-lowrank", None, True)
         *_, u = ops.attention_forward(*args)
         *_, u2 = ops._forward(*args)
-        assert u.shape == (B * Hkv * D * 8,) == (gproj._C.basis_numel(B, Hkv, D, "gproj"),), case
+        assert u.shape == (B * Hkv * D * 8,) == (gproj._C.basis_numel(B, Hkv, D, "gproj", "thresh-lowrank"),), case
         assert torch.equal(u, u2), case
         u = u.view(B * Hkv, D, 8).double()
         gram = u.transpose(1, 2) @ u
         assert torch.allclose(gram, torch.eye(8, dtype=torch.float64, device=gram.device).expand_as(gram),
                               atol=1e-4), case
         torch.library.opcheck(ops.attention_forward, args)
-        out = run_gproj("gproj", q, k, v, do, causal, scale)  # (requires grad: the basis from the forward)
+        out = run_gproj("gproj", q, k, v, do, causal, scale,  # (requires grad: the basis from the forward)
+                        functools.partial(gproj.attention, projection="thresh-lowrank"))
         err = errors({f: out[f].cpu() for f in FIELDS}, ref)
         for f in FIELDS:
             assert err[f] <= tol[f], f"{case} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
@@ -482,13 +483,15 @@ def test_dk_compensation_lowers_dk_error_with_shared_queries():
     u = torch.randn(64, generator=g)
     q = (q.float() + 8.0 * u * (8.0 / u.norm())).to(torch.bfloat16)
     ref = reference(q, k, v, do, True, default_scale(64))
-    plain = run_gproj("gproj", q, k, v, do, True, None)
+    # (the compensation is thresh-lowrank's: fp16-lowrank's FP16 dS leaves dK no BF16 rounding to give back)
+    plain = run_gproj("gproj", q, k, v, do, True, None,
+                      attention=lambda *a: gproj.attention(*a, projection="thresh-lowrank"))
     comp = run_gproj("gproj", q, k, v, do, True, None,
-                     attention=lambda *a: gproj.attention(*a, dk_compensation_rank=8))
+                     attention=lambda *a: gproj.attention(*a, projection="thresh-lowrank", dk_compensation_rank=8))
     e_plain, e_comp = errors(plain, ref), errors(comp, ref)
     print(f"dK rel err: gproj {e_plain['dk']:.3e}, with dK compensation {e_comp['dk']:.3e}")
     assert e_comp["dk"] < 0.9 * e_plain["dk"]
     assert torch.equal(comp["dq"], plain["dq"]) and torch.equal(comp["dv"], plain["dv"])
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     with pytest.raises(ValueError, match="dk_compensation_rank"):
-        gproj.attention(*leaves, variant="gproj", dk_compensation_rank=-1).sum().backward()
+        gproj.attention(*leaves, variant="gproj", projection="thresh-lowrank", dk_compensation_rank=-1).sum().backward()

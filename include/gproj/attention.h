@@ -73,7 +73,7 @@ struct FlashParams {
                                        // the PyTorch op does: cuda::Problem::forward_basis, beside the forward
                                        // kernel; docs/gproj-forward-basis.md) where cuda::forward_basis_apply, else
                                        // the backward's own. The same U either way; the CPU has one form
-  bool fp16_dout_side = false;         // Projection::kFp16LowRank (experimental, CPU emulator only so far): 1 / l_i
+  bool fp16_dout_side = false;         // Projection::kFp16LowRank (experimental, CPU and CUDA): 1 / l_i
                                        // on dO's side (docs/design-fp16-projection.md, "1/l on dO's side"): dP
                                        // from fp16(dO_i / l_i s_do) and the FP16 V, dS from fp16(P^) without 1 / l,
                                        // dV = fp16(P^)^T fp16(dO / l); delta from the same FP16 dO

@@ -66,7 +66,8 @@ Status check_problem(const Problem& p) {
     }
     if (p.params.deterministic || p.params.dk_compensation_rank != 0) {
       return fail(ErrorCode::kUnsupported,
-                  "fp16-lowrank on CUDA takes neither deterministic mode nor a dK compensation");
+                  "fp16-lowrank on CUDA takes neither deterministic mode nor a dK compensation (deterministic mode "
+                  "implements projection pweighted: choose it; the dK compensation is thresh-lowrank's)");
     }
   }
   if (proj == Projection::kThreshLowRank) {
@@ -794,7 +795,12 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
                         "projection thresh-lowrank, the v2.2 forward and the v3.1 / v3.2 backward (auto or chosen), "
                         "not deterministic, no dK compensation");
     }
-    if (!tc) return fail(ErrorCode::kUnsupported, "forward_stats need 16-byte aligned rows of q, k, v");
+    if (!tc) {
+      return fail(ErrorCode::kUnsupported,
+                  h16 ? "projection fp16-lowrank on CUDA needs 16-byte aligned rows of q, k, v; the reference "
+                        "kernels for other rows implement projection pweighted"
+                      : "forward_stats need 16-byte aligned rows of q, k, v");
+    }
     if (p.forward_workspace == nullptr) {
       return fail(ErrorCode::kInvalidArgument, "forward_stats need forward_workspace (forward_workspace_bytes)");
     }

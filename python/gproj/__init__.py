@@ -3,8 +3,8 @@
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
 
 from ._C import build_info, cuda_status
-from ._validate import PROJECTIONS, VARIANTS
+from ._validate import DEFAULT_PROJECTION, PROJECTIONS, VARIANTS
 from .ops import attention
 
 __version__ = build_info()["version"]
-__all__ = ["attention", "build_info", "cuda_status", "PROJECTIONS", "VARIANTS", "__version__"]
+__all__ = ["attention", "build_info", "cuda_status", "DEFAULT_PROJECTION", "PROJECTIONS", "VARIANTS", "__version__"]

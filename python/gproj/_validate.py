@@ -9,6 +9,7 @@ from . import _C
 
 VARIANTS = tuple(_C.variants())
 PROJECTIONS = tuple(_C.projections())
+DEFAULT_PROJECTION = _C.default_projection()  # variant gproj's when none is named (docs/gproj-projection.md)
 
 
 def check_attention_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],

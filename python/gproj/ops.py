@@ -5,7 +5,14 @@ from typing import Optional, Tuple
 import torch
 
 from . import _C
-from ._validate import check_attention_args
+from ._validate import DEFAULT_PROJECTION, check_attention_args
+
+
+def _projection_of(variant: str, projection: Optional[str]) -> Optional[str]:
+    """The projection that runs: the one named, else gproj's default (DEFAULT_PROJECTION); None for the others."""
+    if variant != "gproj":
+        return None
+    return DEFAULT_PROJECTION if projection is None else projection
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
@@ -31,7 +38,7 @@ def _basis_shape(q, k, variant, projection, basis):
     torch.compile specialises on them)."""
     if q.device.type != "cuda":
         return (0,)
-    if variant == "gproj" and projection == "fp16-lowrank":
+    if _projection_of(variant, projection) == "fp16-lowrank":
         B, Nq, H, D = (int(x) for x in q.shape)
         return (_C.stats_numel(B, Nq, int(k.shape[1]), H, int(k.shape[2]), D, variant, projection),)
     if not basis:
@@ -45,7 +52,7 @@ def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None
     check_attention_args(q, k, v, softmax_scale, variant, projection)
     B, Nq, H, D = q.shape
     # (fp16-lowrank's CUDA backward reads the FP16 O its forward keeps in the statistics, not the FP32 O)
-    h16_cuda = q.device.type == "cuda" and variant == "gproj" and projection == "fp16-lowrank"
+    h16_cuda = q.device.type == "cuda" and _projection_of(variant, projection) == "fp16-lowrank"
     o_fp32_shape = (B, Nq, H, D) if _C.needs_o_fp32(variant, projection) and not h16_cuda else (0,)
     return (q.new_empty((B, Nq, H, D)), q.new_empty(o_fp32_shape, dtype=torch.float32),
             q.new_empty((B, H, Nq), dtype=torch.float32),
@@ -126,16 +133,25 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     a query with no visible key gets 0). softmax_scale defaults to 1/sqrt(D). variant is one of VARIANTS:
     "fp32", "baseline", "fwdfix" or "gproj" (the default). Returns o: (B, Nq, H, D) torch.bfloat16, differentiable
     in q, k and v. Raises TypeError for a dtype other than bfloat16 and ValueError for a device mismatch, a shape,
-    a head dim or a variant gproj does not take, or NaN/Inf in an input. fwdfix_max_shift (fwdfix and gproj)
-    caps the lift of a tied block maximum (default 16, docs/numerics.md); float("inf") is the published rule,
-    which underflows to NaN once a tied maximum passes ~87. projection (variant "gproj") picks GProj's
-    projection by name (PROJECTIONS; default "thresh-lowrank", threshold 1/16; "pweighted" is the exact form, the
-    one the CUDA reference kernels for rows that are not 16-byte aligned implement). dk_compensation_rank
-    (variant "gproj", experimental, default off): give dK back the BF16 rounding error of dS through the top-r
+    a head dim or a variant gproj does not take, or NaN/Inf in an input. fwdfix_max_shift (fwdfix, and gproj with
+    thresh-lowrank or pweighted; refused with fp16-lowrank, whose forward has no lift) caps the lift of a tied block
+    maximum (default 16, docs/numerics.md); float("inf") is the published rule, which underflows to NaN once a tied
+    maximum passes ~87. projection (variant "gproj") picks GProj's projection by name (PROJECTIONS; default
+    DEFAULT_PROJECTION, "thresh-lowrank", threshold 1/16; "pweighted" is the exact form, the one the CUDA reference
+    kernels for rows that are not 16-byte aligned implement). dk_compensation_rank (variant "gproj" with projection
+    "thresh-lowrank", experimental, default off): give dK back the BF16 rounding error of dS through the top-r
     directions of the queries (docs/gproj-projection.md, "dK compensation"; CPU any r, CUDA r = 8 at D = 64).
     """
     scale = None if softmax_scale is None else float(softmax_scale)
     shift = None if fwdfix_max_shift is None else float(fwdfix_max_shift)
+    # gproj's projection by name from here on, the default resolved: a graph torch.compile traces then carries the
+    # projection that runs, so that its caches (keyed on the graph) never hand back code compiled for another default.
+    if variant == "gproj":
+        projection = _projection_of(variant, projection)
+    if shift is not None and _projection_of(variant, projection) == "fp16-lowrank":
+        raise ValueError("fwdfix_max_shift caps fwdfix's lift of a tied row maximum; gproj's fp16-lowrank forward has "
+                         "no lift (its running maximum is an integer in log2 units): name projection='thresh-lowrank' "
+                         "or variant='fwdfix' for it")
     rank = None if dk_compensation_rank is None else int(dk_compensation_rank)
     # K's basis from the forward only where a backward will follow (docs/gproj-forward-basis.md)
     basis = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))

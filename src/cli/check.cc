@@ -7,6 +7,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "cli/commands.h"
 #include "cli/env.h"
 #include "cli/report.h"
 #include "gproj/error.h"
@@ -67,6 +68,7 @@ int run_check(const CheckOptions& o, std::FILE* out) {
     p.forward_stats = o.forward_stats;
     p.basis_from_forward = o.basis_from_forward;
     p.fp16_dout_side = o.fp16_dout_side && p.variant == Variant::kGproj;  // (gproj's form; the others have none)
+    check_thresh_options(p);
     variants.push_back(p);
   }
   if (variants.empty()) throw Error(ErrorCode::kInvalidArgument, "--variants lists no variant");

@@ -6,10 +6,12 @@
 
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "cli/env.h"
 #include "gproj/backend.h"
 #include "gproj/build_info.h"
+#include "gproj/error.h"
 #include "gproj/evaluate.h"
 #include "gproj/safetensors.h"
 #include "gproj/stress.h"
@@ -35,6 +37,18 @@ std::string shape_text(const Tensor<bf16>& t) { return format_extents(t.rank, t.
 
 }  // namespace
 
+void check_thresh_options(const FlashParams& p) {
+  if (p.variant != Variant::kGproj || effective_projection(p) == Projection::kThreshLowRank) return;
+  for (const auto& [set, flag] : {std::pair<bool, const char*>{p.forward_stats, "--stats-from forward"},
+                                  {p.basis_from_forward, "--basis-from forward"}}) {
+    if (set) {
+      throw Error(ErrorCode::kInvalidArgument, std::string(flag) + " is an option of projection thresh-lowrank; the " +
+                                                   "gproj variant runs " + projection_name(p.projection) +
+                                                   " (add --projection thresh-lowrank)");
+    }
+  }
+}
+
 int run_one(const RunOptions& o, std::FILE* out) {
   const Device device = parse_device(o.device);
   FlashParams p;
@@ -46,6 +60,7 @@ int run_one(const RunOptions& o, std::FILE* out) {
   p.forward_stats = o.forward_stats;
   p.basis_from_forward = o.basis_from_forward;
   p.fp16_dout_side = o.fp16_dout_side;
+  check_thresh_options(p);
   const AttentionState s = load_state(o.state, o.allow_nonfinite);
   p.causal = s.causal;
   p.softmax_scale = state_scale(s);

@@ -5,7 +5,14 @@
 #include <cstdio>
 #include <string>
 
+#include "gproj/attention.h"
+
 namespace gproj::cli {
+
+// --stats-from forward and --basis-from forward are thresh-lowrank's options: with another projection of the gproj
+// variant (fp16-lowrank takes its statistics from the forward always; the others have none) they are refused, not
+// ignored.
+void check_thresh_options(const FlashParams& p);
 
 struct RunOptions {
   std::string state, variant = "gproj", device = "cpu", out;

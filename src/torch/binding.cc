@@ -366,6 +366,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       "names of GProj's projections (for variant gproj)");
   m.def(
+      "default_projection", [] { return std::string(gproj::projection_name(FlashParams{}.projection)); },
+      "the projection variant gproj takes when none is named (FlashParams' default)");
+  m.def(
       "variants",
       [] {
         std::vector<std::string> names;

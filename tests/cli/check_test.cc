@@ -112,6 +112,10 @@ TEST(Check, ExitCodesOfTheBinary) {
   EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --stats-from forward "
                       "--fail-above dq=0.005 --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --stats-from middle --quiet" + data), 2);
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --projection pweighted "
+                      "--stats-from forward --quiet" + data), 2) << "thresh-lowrank's option, refused, not ignored";
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --projection fp16-lowrank "
+                      "--basis-from forward --quiet" + data), 2) << "thresh-lowrank's option, refused, not ignored";
   EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --basis-from forward "
                       "--fail-above dq=0.005 --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --basis-from nowhere --quiet" + data),

@@ -457,6 +457,30 @@ def test_fwdfix_max_shift_caps_the_lift_and_inf_is_the_published_rule():
                        gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=float("inf")))
     with pytest.raises(ValueError, match="max shift"):
         gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=0.0)
+    # fp16-lowrank's forward has no lift to cap: refused rather than ignored
+    with pytest.raises(ValueError, match="fwdfix_max_shift.*no lift"):
+        gproj.attention(q, k, v, projection="fp16-lowrank", fwdfix_max_shift=float("inf"))
+
+
+def test_the_op_is_called_with_the_default_resolved(monkeypatch):
+    # gproj.attention hands the op the projection by name, not None: torch.compile's caches key on the traced graph,
+    # and a graph with None would match code compiled when None meant another projection (seen: a warm inductor
+    # cache from a build with another default made a compiled step fail on the FP32 O's rank).
+    seen = []
+
+    class Recorder:
+        @staticmethod
+        def apply(*args):
+            seen.append(args)
+            return args[0]
+
+    monkeypatch.setattr(ops, "_AttentionFunction", Recorder)
+    q, k, v, _ = make_inputs(1, 8, 8, 2, 2, 16, seed=5)
+    gproj.attention(q, k, v)
+    gproj.attention(q, k, v, variant="baseline")
+    gproj.attention(q, k, v, projection="pweighted")
+    assert [a[7] for a in seen] == [gproj.DEFAULT_PROJECTION, None, "pweighted"]
+    assert gproj.DEFAULT_PROJECTION in gproj.PROJECTIONS
 
 
 def test_projection_by_name_within_derived_tolerance():

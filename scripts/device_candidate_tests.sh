@@ -37,7 +37,8 @@ timeout 60 "$bin/gproj" check --suite stress --device all --quiet --fail-above "
 rc=$?
 [ $rc -eq 0 ] || failed=1
 note "gproj check --device all: rc=$rc"
-timeout 60 "$bin/gproj" check --suite stress --variants gproj --stats-from forward --device all --quiet \
+timeout 60 "$bin/gproj" check --suite stress --variants gproj --projection thresh-lowrank --stats-from forward \
+  --device all --quiet \
   --fail-above "$bounds" >"$out/check_fs.txt" 2>&1
 rc=$?
 [ $rc -eq 0 ] || failed=1

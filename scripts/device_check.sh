@@ -72,10 +72,12 @@ note "gproj check --deterministic (real states): rc=$?"
 timeout 60 "$gproj_bin" check --suite stress --variants gproj --projection pweighted --device cuda --quiet \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check_pweighted.txt" 2>&1
 note "gproj check --projection pweighted --device cuda: rc=$?"
-timeout 60 "$gproj_bin" check --suite stress --variants gproj --stats-from forward --device all --quiet \
+timeout 60 "$gproj_bin" check --suite stress --variants gproj --projection thresh-lowrank --stats-from forward \
+  --device all --quiet \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check_forward_stats.txt" 2>&1
 note "gproj check --stats-from forward --device all: rc=$?"
-timeout 60 "$gproj_bin" check --suite stress --variants gproj --basis-from forward --device all --quiet \
+timeout 60 "$gproj_bin" check --suite stress --variants gproj --projection thresh-lowrank --basis-from forward \
+  --device all --quiet \
   --fail-above gproj:dq=0.005,gproj:dk=0.005 >"$out/check_forward_basis.txt" 2>&1
 note "gproj check --basis-from forward --device all: rc=$?"
 grep -E " cuda " "$out/check.txt" | grep -E "gproj|baseline" | head -30

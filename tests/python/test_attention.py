@@ -212,6 +212,28 @@ def test_meta_tensors_get_shapes_from_the_fake_implementation():
     assert basis.shape == (0,)  # (meta tensors are not CUDA tensors: no basis)
 
 
+def test_fake_implementation_sizes_cuda_outputs_by_the_projection_that_runs():
+    # Fake CUDA tensors need no GPU (FakeTensorMode), so the fake implementation's CUDA branch runs here: fp16-lowrank's
+    # CUDA backward reads the FP16 O its forward keeps with its statistics (no FP32 O; its fourth output is those
+    # statistics, _C.stats_numel: 0 in a build without CUDA kernels), the fp32 variant's reads the FP32 O, and the
+    # default resolves to its name first (gproj.DEFAULT_PROJECTION), so None and the name give the same shapes.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(2, 64, 4, 128, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(2, 96, 2, 128, dtype=torch.bfloat16, device="cuda")
+        shapes = {}
+        for variant, projection in (("fp32", None), ("gproj", "fp16-lowrank"), ("gproj", "thresh-lowrank"),
+                                    ("gproj", None), ("gproj", gproj.DEFAULT_PROJECTION)):
+            outs = ops._forward_fake(q, k, k, True, None, variant, None, projection, None, False)
+            shapes[variant, projection] = tuple(tuple(t.shape) for t in outs)
+            assert all(t.device.type == "cuda" for t in outs)
+    n16 = gproj._C.stats_numel(2, 64, 96, 4, 2, 128, "gproj", "fp16-lowrank")
+    assert shapes["fp32", None][1] == (2, 64, 4, 128)
+    assert shapes["gproj", "fp16-lowrank"] == ((2, 64, 4, 128), (0,), (2, 4, 64), (n16,))
+    assert shapes["gproj", "thresh-lowrank"] == ((2, 64, 4, 128), (0,), (2, 4, 64), (0,))
+    assert shapes["gproj", None] == shapes["gproj", gproj.DEFAULT_PROJECTION]
+
+
 @needs_custom_op
 def test_opcheck_schema_fake_and_autograd_registration():
     inputs, _, _ = case_data("nq_lt_nk_mqa_causal")

@@ -148,7 +148,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     # projection that runs, so that its caches (keyed on the graph) never hand back code compiled for another default.
     if variant == "gproj":
         projection = _projection_of(variant, projection)
-    if shift is not None and _projection_of(variant, projection) == "fp16-lowrank":
+    if shift is not None and projection == "fp16-lowrank" and variant == "gproj":
         raise ValueError("fwdfix_max_shift caps fwdfix's lift of a tied row maximum; gproj's fp16-lowrank forward has "
                          "no lift (its running maximum is an integer in log2 units): name projection='thresh-lowrank' "
                          "or variant='fwdfix' for it")

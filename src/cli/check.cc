@@ -76,6 +76,10 @@ int run_check(const CheckOptions& o, std::FILE* out) {
 
   std::vector<StressCase> cases;
   if (!o.suite.empty()) cases = stress_suite(o.data_dir.empty() ? default_data_dir() : o.data_dir, o.cases);
+  // Each state file is read once before any case runs (and again, one at a time, when its turn comes), so that a
+  // missing, truncated or non-finite file fails at once instead of after the cases before it, whose results would
+  // be lost with it.
+  for (const std::string& path : o.states) (void)load_state(path, o.allow_nonfinite);
   for (const std::string& path : o.states) {
     cases.push_back({path, "file", "state file", [path, allow = o.allow_nonfinite] { return load_state(path, allow); }});
   }
@@ -83,43 +87,52 @@ int run_check(const CheckOptions& o, std::FILE* out) {
   CheckReport report;
   report.env = collect_env(variants);
   report.bounds = parse_bounds(o.fail_above);
-  for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const StressCase& c = cases[ci];
-    if (log) fmt::print(log, "[{}/{}] {}: float64 oracle ...", ci + 1, cases.size(), c.name);
-    if (log) std::fflush(log);
-    const AttentionState state = c.make();
-    const OracleRun oracle = run_oracle(state);
-    CaseInfo info{c.name, c.group, c.mechanism,
-                  std::vector<int64_t>(state.q.shape.begin(), state.q.shape.end()),
-                  std::vector<int64_t>(state.k.shape.begin(), state.k.shape.end()), state.causal,
-                  state_scale(state), oracle.seconds};
-    report.cases.push_back(info);
-    if (log) fmt::print(log, " {:.1f}s;", oracle.seconds);
-    for (Device d : devices)
-      for (const FlashParams& p : variants) {
-        VariantRun r;
-        try {
-          r = run_variant(state, p, oracle, d);
-        } catch (const Error& e) {
-          // A device that cannot run this case (an unsupported D on CUDA) is reported, not fatal.
-          if (d == Device::kCpu || e.code() != ErrorCode::kUnsupported) throw;
-          CheckRow row;
-          row.case_name = c.name;
-          row.variant = variant_name(p.variant);
-          row.device = device_name(d);
-          row.skipped = e.what();
-          report.rows.push_back(row);
-          if (log) fmt::print(log, " {} skipped", variant_name(p.variant));
-          continue;
+  bool line_open = false;  // a case's progress line is on stderr without its newline
+  try {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const StressCase& c = cases[ci];
+      if (log) fmt::print(log, "[{}/{}] {}: float64 oracle ...", ci + 1, cases.size(), c.name);
+      if (log) std::fflush(log);
+      line_open = log != nullptr;
+      const AttentionState state = c.make();
+      const OracleRun oracle = run_oracle(state);
+      CaseInfo info{c.name, c.group, c.mechanism,
+                    std::vector<int64_t>(state.q.shape.begin(), state.q.shape.end()),
+                    std::vector<int64_t>(state.k.shape.begin(), state.k.shape.end()), state.causal,
+                    state_scale(state), oracle.seconds};
+      report.cases.push_back(info);
+      if (log) fmt::print(log, " {:.1f}s;", oracle.seconds);
+      for (Device d : devices)
+        for (const FlashParams& p : variants) {
+          VariantRun r;
+          try {
+            r = run_variant(state, p, oracle, d);
+          } catch (const Error& e) {
+            // A device that cannot run this case (an unsupported D on CUDA) is reported, not fatal.
+            if (d == Device::kCpu || e.code() != ErrorCode::kUnsupported) throw;
+            CheckRow row;
+            row.case_name = c.name;
+            row.variant = variant_name(p.variant);
+            row.device = device_name(d);
+            row.skipped = e.what();
+            report.rows.push_back(row);
+            if (log) fmt::print(log, " {} skipped", variant_name(p.variant));
+            continue;
+          }
+          report.rows.push_back({c.name, variant_name(p.variant), device_name(d), r.o, r.lse, r.dq, r.dk, r.dv,
+                                 r.bwd.diag.rowsum_max_before, r.bwd.diag.rowsum_max_after,
+                                 r.bwd.diag.dk_colsum_ratio, r.seconds_forward + r.seconds_backward, "",
+                                 r.fwd.kernels == r.bwd.kernels ? r.fwd.kernels
+                                                                : r.fwd.kernels + "; " + r.bwd.kernels});
+          if (log) fmt::print(log, " {} {:.1f}s", variant_name(p.variant), r.seconds_forward + r.seconds_backward);
+          if (log) std::fflush(log);
         }
-        report.rows.push_back({c.name, variant_name(p.variant), device_name(d), r.o, r.lse, r.dq, r.dk, r.dv,
-                               r.bwd.diag.rowsum_max_before, r.bwd.diag.rowsum_max_after,
-                               r.bwd.diag.dk_colsum_ratio, r.seconds_forward + r.seconds_backward, "",
-                               r.fwd.kernels == r.bwd.kernels ? r.fwd.kernels : r.fwd.kernels + "; " + r.bwd.kernels});
-        if (log) fmt::print(log, " {} {:.1f}s", variant_name(p.variant), r.seconds_forward + r.seconds_backward);
-        if (log) std::fflush(log);
-      }
-    if (log) fmt::print(log, "\n");
+      if (log) fmt::print(log, "\n");
+      line_open = false;
+    }
+  } catch (...) {
+    if (line_open) fmt::print(log, "\n");  // the error's message on a line of its own
+    throw;
   }
 
   fmt::print(out, "{}", to_table(report));

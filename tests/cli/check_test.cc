@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -135,6 +136,24 @@ TEST(Check, ExitCodesOfTheBinary) {
   const fs::path bad = dir / "truncated.safetensors";
   std::ofstream(bad) << "\x10\x00\x00";
   EXPECT_EQ(exit_code("check --state " + bad.string()), 2);
+  fs::remove_all(dir);
+}
+
+TEST(Check, ABadStateFileFailsBeforeAnyCaseRuns) {
+  // The state files are read before the suite's cases run: a typo in a path costs no wait and loses no results.
+  const fs::path dir = temp_dir();
+  const fs::path err = dir / "stderr.txt";
+  const std::string cmd = std::string(GPROJ_BINARY) + " check --suite stress --cases masked-rows --data-dir " +
+                          ::gproj::default_data_dir() + " --state " + (dir / "missing.safetensors").string() +
+                          " >/dev/null 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("missing.safetensors"), std::string::npos) << text;
+  EXPECT_EQ(text.find("float64 oracle"), std::string::npos) << "a case ran before the error:\n" << text;
+  EXPECT_EQ(text.rfind("gproj: ", 0), 0u) << "the error starts its own line:\n" << text;
   fs::remove_all(dir);
 }
 

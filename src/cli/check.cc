@@ -80,6 +80,8 @@ int run_check(const CheckOptions& o, std::FILE* out) {
   // missing, truncated or non-finite file fails at once instead of after the cases before it, whose results would
   // be lost with it.
   for (const std::string& path : o.states) (void)load_state(path, o.allow_nonfinite);
+  if (!o.json_path.empty()) check_writable(o.json_path);  // and that the reports can be written
+  if (!o.markdown_path.empty()) check_writable(o.markdown_path);
   for (const std::string& path : o.states) {
     cases.push_back({path, "file", "state file", [path, allow = o.allow_nonfinite] { return load_state(path, allow); }});
   }

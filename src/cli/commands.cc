@@ -15,6 +15,7 @@
 #include "gproj/evaluate.h"
 #include "gproj/safetensors.h"
 #include "gproj/stress.h"
+#include "io/file.h"
 
 namespace gproj::cli {
 
@@ -62,6 +63,7 @@ int run_one(const RunOptions& o, std::FILE* out) {
   p.fp16_dout_side = o.fp16_dout_side;
   check_thresh_options(p);
   const AttentionState s = load_state(o.state, o.allow_nonfinite);
+  check_writable(o.out);  // before the work, not after it
   p.causal = s.causal;
   p.softmax_scale = state_scale(s);
   const ForwardResult f = attention_forward(device, s.q.view(), s.k.view(), s.v.view(), p);

@@ -102,4 +102,12 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, {{text.data(), text.size()}});
 }
 
+void check_writable(const std::string& path) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) fail_io(path, "cannot be written (creating " + tmp + ")", errno);
+  fd.close();
+  ::unlink(tmp.c_str());
+}
+
 }  // namespace gproj

@@ -22,4 +22,9 @@ std::vector<uint8_t> read_file(const std::string& path);
 void write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces);
 void write_text_atomic(const std::string& path, const std::string& text);
 
+// Checks, before long work, that write_file_atomic(path, ...) can create its temporary file: creates and removes
+// "<path>.tmp.<pid>" (`path` itself is not touched); throws ErrorCode::kIO naming the path and the reason (a
+// missing folder, no permission) otherwise.
+void check_writable(const std::string& path);
+
 }  // namespace gproj

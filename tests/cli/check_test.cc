@@ -128,6 +128,9 @@ TEST(Check, ExitCodesOfTheBinary) {
   EXPECT_EQ(exit_code("check --suite stress --cases no-such-case --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --device cuda --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --state " + (dir / "missing.safetensors").string()), 2);
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --json /nonexistent-dir-for-gproj/r.json --quiet" +
+                      data),
+            2) << "a report that cannot be written is refused before the cases run";
   EXPECT_EQ(exit_code("check"), 2) << "nothing to check";
   EXPECT_EQ(exit_code("check --suite stress --fail-above dq=oops"), 2);
   EXPECT_EQ(exit_code("frobnicate"), 2);

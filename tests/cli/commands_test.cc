@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "gproj/attention.h"
+#include "gproj/error.h"
 #include "gproj/evaluate.h"
 #include "gproj/safetensors.h"
 #include "gproj/stress.h"
@@ -54,6 +55,22 @@ TEST(Run, WritesTheVariantsOutputsExactly) {
     ASSERT_EQ(f32_at(f.tensors.at("o"), i), fw.o.values[i].to_float()) << i;
   }
   fs::remove_all(dir);
+}
+
+TEST(Run, AnOutputThatCannotBeWrittenFailsBeforeTheWork) {
+  RunOptions o;
+  o.state = ::gproj::default_data_dir() + "/real_step1000_layer4.safetensors";
+  o.variant = "fp32";
+  o.out = "/nonexistent-dir-for-gproj/out.safetensors";
+  try {
+    run_one(o, stdout);
+    ADD_FAILURE() << "expected an I/O error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIO);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir-for-gproj/out.safetensors: cannot be written"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Stress, WriteRoundTripsEveryCase) {

@@ -43,5 +43,28 @@ TEST(AtomicFile, FailureNamesThePathAndKeepsNothing) {
   }
 }
 
+TEST(AtomicFile, CheckWritableLeavesNothingAndNamesTheProblem) {
+  const fs::path dir = fs::temp_directory_path() / ("gproj_file_check_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string fresh = (dir / "new.json").string(), kept = (dir / "kept.json").string();
+  write_text_atomic(kept, "kept");
+  check_writable(fresh);
+  check_writable(kept);
+  EXPECT_FALSE(fs::exists(fresh));
+  const std::vector<uint8_t> back = read_file(kept);
+  EXPECT_EQ(std::string(back.begin(), back.end()), "kept");
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename(), "kept.json");
+  try {
+    check_writable("/nonexistent-dir-for-gproj/x.json");
+    ADD_FAILURE() << "expected an I/O error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIO);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("/nonexistent-dir-for-gproj/x.json: cannot be written"), std::string::npos) << what;
+    EXPECT_NE(what.find("No such file or directory"), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gproj

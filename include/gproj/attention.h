@@ -114,6 +114,11 @@ Projection effective_projection(const FlashParams& p);
 // compute delta from it, Projection::kFp16LowRank from its FP16 rounding (the copy a kernel would keep); every
 // other variant uses the BF16 O and may pass a null view.
 bool backward_needs_o_fp32(const FlashParams& p);
+// Why the CUDA backward has no deterministic form (FlashParams::deterministic) for these parameters, as a sentence
+// naming the way out; empty where it has one: variants fp32, baseline, fwdfix, and gproj with projection pweighted.
+// thresh-lowrank adds its dK corrections with atomics; fp16-lowrank's dQ tiles arrive by bulk reduce-adds. The CUDA
+// launch refuses deterministic mode with this message, and the PyTorch op asks before its forward runs.
+std::string cuda_deterministic_refusal(const FlashParams& p);
 // Throws kInvalidArgument for block sizes < 1, beta outside [1, 64], rank < 1, scale <= 0 or non-finite.
 float resolve_scale(const FlashParams& p, int64_t D);
 

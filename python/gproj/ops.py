@@ -1,11 +1,12 @@
 # gproj.attention: the torch.library custom ops gproj::attention_forward/backward with fake (meta) and autograd
 # implementations over gproj._C (torch >= 2.4), or an autograd.Function on older torch. Exercised by tests/python/.
+import warnings
 from typing import Optional, Tuple
 
 import torch
 
 from . import _C
-from ._validate import DEFAULT_PROJECTION, check_attention_args
+from ._validate import DEFAULT_PROJECTION, VARIANTS, check_attention_args
 
 
 def _projection_of(variant: str, projection: Optional[str]) -> Optional[str]:
@@ -17,11 +18,11 @@ def _projection_of(variant: str, projection: Optional[str]) -> Optional[str]:
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
              variant: str, fwdfix_max_shift: Optional[float] = None, projection: Optional[str] = None,
-             dk_compensation_rank: Optional[int] = None,
-             basis: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+             dk_compensation_rank: Optional[int] = None, basis: bool = False,
+             deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or (0,) when the backward does not read it,
     lse (B, H, Nq) FP32, basis (n,) FP32 or (0,)) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
-    dk_compensation_rank is only carried (the backward uses it). basis: on CUDA, K's basis for gproj's
+    dk_compensation_rank and deterministic are only carried (the backward uses them). basis: on CUDA, K's basis for gproj's
     thresh-lowrank projection is formed beside the forward kernel and handed to the backward, which then skips
     its own basis pre-passes (the same gradients, a faster backward; docs/gproj-forward-basis.md); n is
     _C.basis_numel(B, Hkv, D, variant, projection), 0 where it does not apply. Projection fp16-lowrank on CUDA:
@@ -48,7 +49,7 @@ def _basis_shape(q, k, variant, projection, basis):
 
 
 def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,
-                  dk_compensation_rank=None, basis=False):
+                  dk_compensation_rank=None, basis=False, deterministic=False):
     check_attention_args(q, k, v, softmax_scale, variant, projection)
     B, Nq, H, D = q.shape
     # (fp16-lowrank's CUDA backward reads the FP16 O its forward keeps in the statistics, not the FP32 O)
@@ -62,14 +63,17 @@ def _forward_fake(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None
 def _backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
               o_fp32: torch.Tensor, lse: torch.Tensor, basis: torch.Tensor, causal: bool,
               softmax_scale: Optional[float], variant: str, projection: Optional[str] = None,
-              dk_compensation_rank: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what _forward returned."""
+              dk_compensation_rank: Optional[int] = None,
+              deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq (B, Nq, H, D), dk, dv (B, Nk, Hkv, D)) BF16 from dout (B, Nq, H, D) and what _forward returned.
+    deterministic: on CUDA, dQ without atomics (the same bits on every run; refused where
+    _C.cuda_deterministic_refusal names a reason); the CPU emulator gives the same bits either way."""
     return _C.backward(dout, q, k, v, o, o_fp32, lse, basis, causal, softmax_scale, variant, projection,
-                       dk_compensation_rank)
+                       dk_compensation_rank, deterministic)
 
 
 def _backward_fake(dout, q, k, v, o, o_fp32, lse, basis, causal, softmax_scale, variant, projection=None,
-                   dk_compensation_rank=None):
+                   dk_compensation_rank=None, deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -77,15 +81,16 @@ def _save(ctx, inputs, outputs) -> None:
     q, k, v, causal, softmax_scale, variant = inputs[:6]  # fwdfix_max_shift acts in the forward only
     projection = inputs[7] if len(inputs) > 7 else None
     dk_compensation_rank = inputs[8] if len(inputs) > 8 else None
+    deterministic = inputs[10] if len(inputs) > 10 else False  # (inputs[9], basis, is the forward's)
     o, o_fp32, lse, basis = outputs
     ctx.save_for_backward(q, k, v, o, o_fp32, lse, basis)
-    ctx.args = (causal, softmax_scale, variant, projection, dk_compensation_rank)
+    ctx.args = (causal, softmax_scale, variant, projection, dk_compensation_rank, deterministic)
 
 
 def _grads(ctx, dout, backward_op):
     q, k, v, o, o_fp32, lse, basis = ctx.saved_tensors
     dq, dk, dv = backward_op(dout, q, k, v, o, o_fp32, lse, basis, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return (dq, dk, dv) + (None,) * 8  # causal .. deterministic take no gradient
 
 
 class _AttentionFunction(torch.autograd.Function):
@@ -93,11 +98,11 @@ class _AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, softmax_scale, variant, fwdfix_max_shift=None, projection=None,
-                dk_compensation_rank=None, basis=False):
-        outputs = _forward(q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, dk_compensation_rank,
-                           basis)
-        _save(ctx, (q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, dk_compensation_rank),
-              outputs)
+                dk_compensation_rank=None, basis=False, deterministic=False):
+        inputs = (q, k, v, causal, softmax_scale, variant, fwdfix_max_shift, projection, dk_compensation_rank, basis,
+                  deterministic)
+        outputs = _forward(*inputs)
+        _save(ctx, inputs, outputs)
         return outputs[0]
 
     @staticmethod
@@ -125,7 +130,7 @@ if HAS_CUSTOM_OP:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, variant: str = "gproj",
               fwdfix_max_shift: Optional[float] = None, projection: Optional[str] = None,
-              dk_compensation_rank: Optional[int] = None) -> torch.Tensor:
+              dk_compensation_rank: Optional[int] = None, deterministic: Optional[bool] = None) -> torch.Tensor:
     """Softmax attention of BF16 tensors laid out like flash_attn_func's, with gproj's rounding variants.
 
     q: (B, Nq, H, D), k, v: (B, Nk, Hkv, D) torch.bfloat16 on one device, H % Hkv == 0 (GQA), D a multiple of 8
@@ -141,6 +146,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     kernels for rows that are not 16-byte aligned implement). dk_compensation_rank (variant "gproj" with projection
     "thresh-lowrank", experimental, default off): give dK back the BF16 rounding error of dS through the top-r
     directions of the queries (docs/gproj-projection.md, "dK compensation"; CPU any r, CUDA r = 8 at D = 64).
+    deterministic: the backward gives the same bits on every run. None (the default) follows
+    torch.use_deterministic_algorithms; True asks for it, False allows atomics. The CPU emulator always is; the
+    CUDA backward then adds dQ without atomics (slower: a query-major pass recomputes S and dP) for variants fp32,
+    baseline, fwdfix and gproj with projection "pweighted". With gproj's other projections on CUDA, True raises
+    ValueError, and torch's flag raises RuntimeError (a warning under warn_only=True, and the atomics run), as
+    torch's own nondeterministic operations do (docs/pytorch.md, "Deterministic backward").
     """
     scale = None if softmax_scale is None else float(softmax_scale)
     shift = None if fwdfix_max_shift is None else float(fwdfix_max_shift)
@@ -153,11 +164,40 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
                          "no lift (its running maximum is an integer in log2 units): name projection='thresh-lowrank' "
                          "or variant='fwdfix' for it")
     rank = None if dk_compensation_rank is None else int(dk_compensation_rank)
+    deterministic = _deterministic_backward(deterministic, q, variant, projection)
     # K's basis from the forward only where a backward will follow (docs/gproj-forward-basis.md)
     basis = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if HAS_CUSTOM_OP and _needs_custom_op(q):
-        return attention_forward(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis)[0]
-    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis)
+        return attention_forward(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis,
+                                 deterministic)[0]
+    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis,
+                                    deterministic)
+
+
+def _deterministic_backward(deterministic: Optional[bool], q: torch.Tensor, variant: str,
+                            projection: Optional[str]) -> bool:
+    """Whether the backward runs in deterministic mode: `deterministic` where given, else torch's
+    use_deterministic_algorithms flag. Decided before the forward runs, so that a refusal costs nothing: on CUDA the
+    core's cuda_deterministic_refusal names the combinations without a deterministic backward; the CPU emulator
+    always gives the same bits (the flag is carried and changes nothing there)."""
+    if deterministic is not None and not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True, False or None (follow torch.use_deterministic_algorithms), "
+                        f"got {deterministic!r}")
+    wanted = torch.are_deterministic_algorithms_enabled() if deterministic is None else deterministic
+    if not wanted or not isinstance(q, torch.Tensor) or q.device.type != "cuda":
+        return wanted
+    why = _C.cuda_deterministic_refusal(variant, projection) if variant in VARIANTS else ""
+    if not why:
+        return True
+    what = f"gproj.attention's CUDA backward (variant {variant!r}, projection {projection!r}) has no deterministic form"
+    if deterministic:
+        raise ValueError(f"deterministic=True: {what}: {why}")
+    message = (f"{what}, but torch.use_deterministic_algorithms(True) is set: {why}; or pass deterministic=False "
+               "to this call to allow its atomics")
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message)
+        return False
+    raise RuntimeError(message)
 
 
 def _needs_custom_op(q: torch.Tensor) -> bool:

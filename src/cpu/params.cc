@@ -79,6 +79,19 @@ bool backward_needs_o_fp32(const FlashParams& p) {
   return p.variant == Variant::kFp32 || proj == Projection::kDelta || proj == Projection::kFp16LowRank;
 }
 
+std::string cuda_deterministic_refusal(const FlashParams& p) {
+  switch (effective_projection(p)) {
+    case Projection::kThreshLowRank:
+      return "deterministic mode implements the pweighted projection only (thresh-lowrank, the default, adds its dK "
+             "corrections with atomics): choose projection pweighted";
+    case Projection::kFp16LowRank:
+      return "deterministic mode implements the pweighted projection only (fp16-lowrank's dQ tiles arrive by atomic "
+             "reduce-adds): choose projection pweighted";
+    default:
+      return "";
+  }
+}
+
 float resolve_scale(const FlashParams& p, int64_t D) {
   if (p.block_q < 1 || p.block_k < 1) {
     throw Error(ErrorCode::kInvalidArgument, "block sizes must be >= 1, got block_q = " + std::to_string(p.block_q) +

@@ -64,10 +64,9 @@ Status check_problem(const Problem& p) {
                                                " (lowrank_rank, the default), got " +
                                                std::to_string(p.params.lowrank_rank));
     }
-    if (p.params.deterministic || p.params.dk_compensation_rank != 0) {
+    if (p.params.dk_compensation_rank != 0) {
       return fail(ErrorCode::kUnsupported,
-                  "fp16-lowrank on CUDA takes neither deterministic mode nor a dK compensation (deterministic mode "
-                  "implements projection pweighted: choose it; the dK compensation is thresh-lowrank's)");
+                  "fp16-lowrank on CUDA takes no dK compensation (dk_compensation_rank: thresh-lowrank's experiment)");
     }
   }
   if (proj == Projection::kThreshLowRank) {
@@ -80,12 +79,10 @@ Status check_problem(const Problem& p) {
       return fail(ErrorCode::kUnsupported, "thresh-lowrank on CUDA takes 1 <= thresh_k <= 32 (threshold 1/k), got " +
                                                std::to_string(p.params.thresh_k));
     }
-    if (p.params.deterministic) {
-      return fail(
-          ErrorCode::kUnsupported,
-          "deterministic mode implements the pweighted projection only (thresh-lowrank, the default, adds its dK "
-          "corrections with atomics): choose projection pweighted");
-    }
+  }
+  if (p.params.deterministic) {
+    if (const std::string why = cuda_deterministic_refusal(p.params); !why.empty())
+      return fail(ErrorCode::kUnsupported, why);
   }
   const int64_t big = int64_t{1} << 31;
   if (p.B * p.H * p.Nq * p.D >= big || p.B * p.H * p.Nk * p.D >= big)

@@ -290,8 +290,10 @@ Tensors3 backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::T
                   const at::Tensor& o_in, const at::Tensor& o_fp32_in, const at::Tensor& lse_in,
                   const at::Tensor& basis_in, bool causal,
                   std::optional<double> softmax_scale, const std::string& variant,
-                  const std::optional<std::string>& projection, std::optional<int64_t> dk_compensation_rank) {
+                  const std::optional<std::string>& projection, std::optional<int64_t> dk_compensation_rank,
+                  bool deterministic) {
   FlashParams p = params_of(causal, softmax_scale, variant, projection);
+  p.deterministic = deterministic;  // CUDA: refused where cuda_deterministic_refusal says; the CPU always is
   if (dk_compensation_rank) {  // the core checks 0 <= r <= D (resolve_scale) and the CUDA kernels what they run
     const int64_t r = *dk_compensation_rank;
     if (r < INT_MIN || r > INT_MAX) {
@@ -356,7 +358,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &backward, "dq, dk, dv", py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("o"), py::arg("o_fp32"), py::arg("lse"), py::arg("basis"), py::arg("causal"),
         py::arg("softmax_scale"),
-        py::arg("variant"), py::arg("projection") = py::none(), py::arg("dk_compensation_rank") = py::none());
+        py::arg("variant"), py::arg("projection") = py::none(), py::arg("dk_compensation_rank") = py::none(),
+        py::arg("deterministic") = false);
+  m.def(
+      "cuda_deterministic_refusal",
+      [](const std::string& variant, const std::optional<std::string>& projection) {
+        return gproj::cuda_deterministic_refusal(params_of(false, std::nullopt, variant, projection));
+      },
+      "why the CUDA backward of the variant (and projection) has no deterministic form, as a sentence naming the "
+      "way out; empty where it has one",
+      py::arg("variant"), py::arg("projection") = py::none());
   m.def(
       "projections",
       [] {

@@ -444,6 +444,29 @@ TEST(Cuda, DeterministicModeGivesTheSameBitsEveryRun) {
   }
 }
 
+// Deterministic mode with a projection whose backward adds with atomics is refused with the core's sentence
+// (cuda_deterministic_refusal, which the PyTorch op asks before its forward), not run nondeterministically.
+TEST(Cuda, DeterministicModeRefusesTheProjectionsWithoutIt) {
+  GPROJ_REQUIRE_GPU();
+  test::Case c{64, 64, 2, 2, 128, false, 64, 64};
+  const AttentionState s = test::state_for(c, 3);
+  for (Projection proj : {Projection::kThreshLowRank, Projection::kFp16LowRank}) {
+    FlashParams p = test::params_for(Variant::kGproj, proj);
+    const ForwardResult f = attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), p);
+    p.deterministic = true;
+    const std::string why = cuda_deterministic_refusal(p);
+    ASSERT_NE(why, "") << projection_name(proj);
+    try {
+      attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), f.o.view(), f.o_fp32.view(),
+                         f.lse.view(), s.dout.view(), p);
+      ADD_FAILURE() << projection_name(proj) << ": deterministic mode was expected to be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
+}
+
 // B H Nq odd (here 1 x 1 x 1025): the workspace's per-row regions must still leave dQacc, dK/dV and the thresh
 // lists 16-byte aligned (float2 atomics, cp.async); an odd count once misaligned every region after them.
 TEST(Cuda, OddRowCountKeepsTheWorkspaceAligned) {

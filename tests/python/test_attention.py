@@ -234,6 +234,76 @@ def test_fake_implementation_sizes_cuda_outputs_by_the_projection_that_runs():
     assert shapes["gproj", None] == shapes["gproj", gproj.DEFAULT_PROJECTION]
 
 
+class deterministic_algorithms:
+    """torch.use_deterministic_algorithms(on, warn_only=...) for a with-block, the previous setting restored after."""
+
+    def __init__(self, on=True, warn_only=False):
+        self.on, self.warn_only = on, warn_only
+
+    def __enter__(self):
+        self.saved = (torch.are_deterministic_algorithms_enabled(),
+                      torch.is_deterministic_algorithms_warn_only_enabled())
+        torch.use_deterministic_algorithms(self.on, warn_only=self.warn_only)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.saved[0], warn_only=self.saved[1])
+
+
+def test_cuda_deterministic_refusal_names_the_projections_without_it():
+    # The core's rule (gproj::cuda_deterministic_refusal): the CUDA backward's deterministic dQ pass serves every
+    # variant without a projection and gproj's exact projection; the cheap projections add with atomics.
+    for variant in ("fp32", "baseline", "fwdfix"):
+        assert gproj._C.cuda_deterministic_refusal(variant) == "", variant
+    assert gproj._C.cuda_deterministic_refusal("gproj", "pweighted") == ""
+    for projection in ("thresh-lowrank", "fp16-lowrank"):
+        why = gproj._C.cuda_deterministic_refusal("gproj", projection)
+        assert projection in why and "choose projection pweighted" in why, why
+
+
+def test_deterministic_changes_nothing_on_the_cpu():
+    # The CPU emulator gives the same bits on every run, so every setting is accepted there and gives the same
+    # numbers, torch's flag included (which also leaves the op traceable by torch.compile).
+    inputs, _, _ = case_data("gqa_causal")
+    want = run_gproj("gproj", *inputs)
+    for deterministic in (True, False):
+        got = run_gproj("gproj", *inputs, attention=functools.partial(gproj.attention, deterministic=deterministic))
+        assert all(torch.equal(got[f], want[f]) for f in FIELDS), deterministic
+    with deterministic_algorithms():
+        got = run_gproj("gproj", *inputs)
+    assert all(torch.equal(got[f], want[f]) for f in FIELDS)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, 0.0])
+def test_deterministic_must_be_true_false_or_none(bad):
+    q = torch.zeros(1, 4, 1, 8, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="deterministic must be True, False or None"):
+        gproj.attention(q, q, q, deterministic=bad)
+
+
+def test_deterministic_on_cuda_is_decided_before_the_forward_runs():
+    # Fake CUDA tensors need no GPU: the decision happens in gproj.attention before any kernel, so a refusal costs
+    # nothing and names the way out. Explicit True raises ValueError; torch's flag raises RuntimeError (torch's own
+    # nondeterministic operations do) or, under warn_only, warns and lets the atomics run.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(1, 64, 2, 64, dtype=torch.bfloat16, device="cuda")
+        for projection in (None, "thresh-lowrank", "fp16-lowrank"):
+            with pytest.raises(ValueError, match="deterministic=True: .*choose projection pweighted"):
+                gproj.attention(q, q, q, projection=projection, deterministic=True)
+        assert gproj.attention(q, q, q, projection="pweighted", deterministic=True).shape == q.shape
+        assert gproj.attention(q, q, q, variant="baseline", deterministic=True).shape == q.shape
+        with deterministic_algorithms():
+            with pytest.raises(RuntimeError, match="use_deterministic_algorithms.*deterministic=False"):
+                gproj.attention(q, q, q)
+            assert gproj.attention(q, q, q, deterministic=False).shape == q.shape  # the call's own word wins
+            assert ops._deterministic_backward(None, q, "gproj", "pweighted") is True
+            assert ops._deterministic_backward(None, q, "baseline", None) is True
+        with deterministic_algorithms(warn_only=True):
+            with pytest.warns(UserWarning, match="no deterministic form"):
+                assert ops._deterministic_backward(None, q, "gproj", "thresh-lowrank") is False
+        assert ops._deterministic_backward(None, q, "gproj", "thresh-lowrank") is False  # (flag off: atomics)
+
+
 @needs_custom_op
 def test_opcheck_schema_fake_and_autograd_registration():
     inputs, _, _ = case_data("nq_lt_nk_mqa_causal")
@@ -244,6 +314,7 @@ def test_opcheck_schema_fake_and_autograd_registration():
         saved = [t.detach() for t in (q, k, v, *ops.attention_forward(q, k, v, causal, scale, variant))]
         # The backward op has no autograd formula of its own (no double backward), so its inputs need no grad.
         torch.library.opcheck(ops.attention_backward, (do, *saved, causal, scale, variant))
+        torch.library.opcheck(ops.attention_backward, (do, *saved, causal, scale, variant, None, None, True))
 
 
 @needs_custom_op
@@ -258,6 +329,11 @@ def test_torch_compile_fullgraph_matches_eager():
     compiled = torch.compile(step, fullgraph=True)
     got = run_gproj("gproj", q, k, v, do, causal, scale, attention=lambda q, k, v, *_: compiled(q, k, v))
     want = run_gproj("gproj", q, k, v, do, causal, scale, attention=lambda q, k, v, *_: step(q, k, v))
+    for f in FIELDS:
+        assert torch.equal(got[f], want[f]), f
+    # torch's deterministic flag, which gproj.attention reads, is a guard of the compiled graph, not a break in it
+    with deterministic_algorithms():
+        got = run_gproj("gproj", q, k, v, do, causal, scale, attention=lambda q, k, v, *_: compiled(q, k, v))
     for f in FIELDS:
         assert torch.equal(got[f], want[f]), f
 
@@ -383,6 +459,29 @@ def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(varian
         mis = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(om, (qm, km, vm), misaligned_copy(do.cuda()))))
         mis["o"] = om.detach()
         for name, out in (("aligned (v1)", aligned), ("misaligned (v0)", mis)):
+            err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+            for f in FIELDS:
+                assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+
+
+@pytest.mark.cuda
+@needs_cuda_device
+@needs_cuda_kernels
+@pytest.mark.parametrize("variant,projection", [("baseline", None), ("gproj", "pweighted"), ("fp32", None)])
+def test_cuda_deterministic_backward_gives_the_same_bits_every_run(variant, projection):
+    # deterministic=True (and torch's flag, which asks for the same) gives the same gradients bit for bit on every
+    # run, within the derived tolerance; the atomic form's are as close to the reference.
+    attention = functools.partial(gproj.attention, projection=projection)
+    for case in ("gqa_causal", "nq_lt_nk_full_d128"):
+        (q, k, v, do, causal, scale), ref, tol = case_data(case)
+        args = tuple(t.cuda() for t in (q, k, v, do)) + (causal, scale)
+        runs = [run_gproj(variant, *args, functools.partial(attention, deterministic=True)) for _ in range(3)]
+        with deterministic_algorithms():
+            runs.append(run_gproj(variant, *args, attention))
+        for f in ("dq", "dk", "dv"):
+            assert all(torch.equal(r[f], runs[0][f]) for r in runs[1:]), f"{case} {variant} {f}"
+        fast = run_gproj(variant, *args, functools.partial(attention, deterministic=False))
+        for name, out in (("deterministic", runs[0]), ("atomic", fast)):
             err = errors({f: out[f].cpu() for f in FIELDS}, ref)
             for f in FIELDS:
                 assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"

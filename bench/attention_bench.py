@@ -26,8 +26,11 @@ def flops_forward(B, H, N, D, causal):
     return f / 2 if causal else f
 
 
-def timed(fn, device, reps, warmup):
-    """Median seconds of fn() over reps runs after warmup runs: CUDA events on the GPU, perf_counter on the CPU."""
+def timed(fn, device, reps, warmup, chain=1):
+    """Median seconds per call of fn() over reps timings after warmup calls: CUDA events on the GPU, perf_counter on
+    the CPU. Each timing covers `chain` calls queued back to back, divided by chain: with chain = 1 the host's time
+    before the first kernel counts (one call between two events, the GPU idle until it launches); with more, the
+    host queues ahead of the GPU as in training and that latency is hidden but for the first call's share."""
     for _ in range(warmup):
         fn()
     times = []
@@ -35,15 +38,24 @@ def timed(fn, device, reps, warmup):
         if device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(chain):
+                fn()
             end.record()
             torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3 / chain)
         else:
             t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+            for _ in range(chain):
+                fn()
+            times.append((time.perf_counter() - t0) / chain)
     return statistics.median(times)
+
+
+def timing_note(chain):
+    """One line: what a row's time is, for the printed table."""
+    if chain == 1:
+        return "timing: one call between two CUDA events (the host's time before its first kernel counts)"
+    return f"timing: {chain} calls queued back to back between two CUDA events, per call (host latency hidden)"
 
 
 def make_impls(device):
@@ -80,7 +92,7 @@ def backward_peak_mib(o, inputs, dout):
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0):
+def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0, chain=1):
     gen = torch.Generator(device="cpu").manual_seed(1234)
     shape = (B, N, H, D)
     # q_scale > 1 sharpens the softmax rows (Gaussian inputs are diffuse; trained attention has a few large entries
@@ -92,9 +104,10 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0):
         q, k, v = (t.detach().clone().requires_grad_(True) for t in base[:3])
         dout = base[3]
         try:
-            t_fwd = timed(lambda: fn(q, k, v, causal), device, reps, warmup)
+            t_fwd = timed(lambda: fn(q, k, v, causal), device, reps, warmup, chain)
             o = fn(q, k, v, causal)
-            t_bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True), device, reps, warmup)
+            t_bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True), device, reps, warmup,
+                          chain)
             peak = backward_peak_mib(o, (q, k, v), dout) if device == "cuda" else None
         except (RuntimeError, ValueError) as e:  # a backend that cannot run this shape says so in the report
             rows.append({"impl": name, "error": str(e).splitlines()[0][:200]})
@@ -209,6 +222,9 @@ def main(argv):
     ap.add_argument("--width", type=int, default=2048, help="H * D")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--chain", type=int, default=1,
+                    help="calls queued back to back per timing (1: one call between two events, the host's latency "
+                         "before the first kernel included; e.g. 8 hides it, as training's queue does)")
     ap.add_argument("--q-scale", type=float, default=1.0,
                     help="multiply q (sharper softmax rows; 4 matches trained attention's ~3.5 entries >= 1/16 a row)")
     ap.add_argument("--out", default=None, help="JSON report (default bench/results/attention_<date>.json)")
@@ -222,9 +238,13 @@ def main(argv):
         except (OSError, ValueError, KeyError, TypeError) as e:
             sys.exit(f"attention_bench: cannot read the report {args.summary}: {e}")
         print_bar_table(bar_rows(results))
+        if results:
+            print(timing_note(results[0].get("chain", 1)))
         return
     if not (0.0 < args.q_scale <= 64.0):
         ap.error("--q-scale must be in (0, 64]")
+    if not (1 <= args.chain <= 64):
+        ap.error("--chain must be in [1, 64]")
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("attention_bench: no CUDA device (use --smoke to test the harness on the CPU)")
@@ -238,8 +258,9 @@ def main(argv):
         for N in args.lengths:
             for causal in (False, True):
                 B, H = max(1, args.tokens // N), args.width // D
-                for r in bench_shape(impls, B, N, H, D, causal, device, args.reps, args.warmup, args.q_scale):
-                    r.update(B=B, N=N, H=H, D=D, causal=causal, q_scale=args.q_scale)
+                for r in bench_shape(impls, B, N, H, D, causal, device, args.reps, args.warmup, args.q_scale,
+                                     args.chain):
+                    r.update(B=B, N=N, H=H, D=D, causal=causal, q_scale=args.q_scale, chain=args.chain)
                     report["results"].append(r)
                     if "error" in r:
                         print(f"{r['impl']:<24} {N:>6} {D:>4} {str(causal):>6}  error: {r['error']}", flush=True)
@@ -249,6 +270,7 @@ def main(argv):
                               f"{r['bwd_tflops']:>9.2f} {peak}", flush=True)
     report["bar"] = bar_rows(report["results"])
     print_bar_table(report["bar"])
+    print(timing_note(args.chain))
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"attention_{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}.json")
     tmp = f"{out}.tmp.{os.getpid()}"

@@ -40,6 +40,30 @@ def test_q_scale_is_recorded_and_checked(tmp_path):
     assert not (tmp_path / "bad.json").exists()
 
 
+def test_chain_is_recorded_and_checked(tmp_path, capsys):
+    # --chain N times N calls queued back to back per timing (per call in the report); 1, the default, is one call
+    # between two events. The printed table says which.
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
+    out = tmp_path / "report.json"
+    bench.main(["attention_bench.py", "--smoke", "--chain", "3", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["results"] and all(r["chain"] == 3 for r in report["results"])
+    assert "3 calls queued back to back" in capsys.readouterr().out
+    bench.main(["attention_bench.py", "--summary", str(out)])
+    assert "3 calls queued back to back" in capsys.readouterr().out
+    calls = []
+    assert bench.timed(lambda: calls.append(1), "cpu", reps=2, warmup=1, chain=4) >= 0
+    assert len(calls) == 1 + 2 * 4
+    for bad in ("0", "65"):
+        try:
+            bench.main(["attention_bench.py", "--smoke", "--chain", bad, "--out", str(tmp_path / "bad.json")])
+        except SystemExit as e:
+            assert e.code != 0
+        else:
+            raise AssertionError(f"--chain {bad} was accepted")
+    assert not (tmp_path / "bad.json").exists()
+
+
 def _rows(D, N, causal, base, gp, flash=None):
     """Synthetic results of one shape: (fwd_ms, bwd_ms) per implementation."""
     out = [{"impl": "gproj-baseline", "fwd_ms": base[0], "bwd_ms": base[1]},

@@ -22,8 +22,8 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, so
              deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o (B, Nq, H, D) BF16, o_fp32 (B, Nq, H, D) FP32 or (0,) when the backward does not read it,
     lse (B, H, Nq) FP32, basis (n,) FP32 or (0,)) from q (B, Nq, H, D), k, v (B, Nk, Hkv, D) BF16.
-    dk_compensation_rank and deterministic are only carried (the backward uses them). basis: on CUDA, K's basis for gproj's
-    thresh-lowrank projection is formed beside the forward kernel and handed to the backward, which then skips
+    dk_compensation_rank and deterministic are only carried (the backward uses them). basis: on CUDA, K's basis for
+    gproj's thresh-lowrank projection is formed beside the forward kernel and handed to the backward, which then skips
     its own basis pre-passes (the same gradients, a faster backward; docs/gproj-forward-basis.md); n is
     _C.basis_numel(B, Hkv, D, variant, projection), 0 where it does not apply. Projection fp16-lowrank on CUDA:
     the fourth output is its forward's statistics and FP16 copies, which its backward needs (n =
@@ -208,3 +208,45 @@ def _needs_custom_op(q: torch.Tensor) -> bool:
     if torch.compiler.is_compiling() or q.device.type == "meta":
         return True
     return isinstance(q, torch._subclasses.fake_tensor.FakeTensor)
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False,
+                                 *, variant: str = "gproj", projection: Optional[str] = None,
+                                 deterministic: Optional[bool] = None) -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention's arguments and layout over gproj.attention, so that a model
+    written for SDPA can take gproj's attention unchanged: query (B, H, L, E), key, value (B, Hkv, S, E) bfloat16;
+    returns (B, H, L, E). The (B, N, H, D) views gproj reads are transposes, not copies.
+
+    As torch's: is_causal masks top-left (key j visible to query i when j <= i; gproj.attention's causal is
+    flash_attn's bottom-right, the same when L == S); with L < S the keys past L are then never visible and are left
+    out (their gradients are zero); L > S is refused (queries past S would see every key, which gproj's causal mask
+    cannot express: use gproj.attention). Hkv != H needs enable_gqa=True, as torch's. attn_mask and dropout_p other
+    than None and 0 are refused (gproj has neither). variant, projection and deterministic as gproj.attention's.
+    """
+    if attn_mask is not None:
+        raise ValueError("gproj's scaled_dot_product_attention takes no attn_mask (gproj masks only causally: use "
+                         "is_causal=True, or torch's own scaled_dot_product_attention for other masks)")
+    if dropout_p != 0.0:
+        raise ValueError(f"gproj's scaled_dot_product_attention takes dropout_p = 0 only (gproj has no attention "
+                         f"dropout), got {dropout_p}")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4 (B, H, L or S, E) as gproj's scaled_dot_product_attention "
+                             f"takes it, got shape {tuple(t.shape)}")
+    if key.shape[1] != query.shape[1] and not enable_gqa:
+        raise ValueError(f"query has {query.shape[1]} heads but key has {key.shape[1]}: pass enable_gqa=True for "
+                         "grouped-query attention (as torch's scaled_dot_product_attention asks)")
+    L, S = query.shape[2], key.shape[2]
+    if is_causal and L > S:
+        raise ValueError(f"is_causal with L = {L} queries > S = {S} keys: torch's top-left mask lets the queries past "
+                         "S see every key, which gproj's causal mask (bottom-right) cannot express; use "
+                         "gproj.attention(q, k, v, causal=True) for flash_attn's bottom-right alignment")
+    if is_causal and L < S:  # top-left: no query sees a key past L; bottom-right on the first L keys is the same mask
+        key, value = key[:, :, :L], value[:, :, :L]
+    o = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(is_causal),
+                  softmax_scale=scale, variant=variant, projection=projection, deterministic=deterministic)
+    return o.transpose(1, 2)

@@ -234,6 +234,73 @@ def test_fake_implementation_sizes_cuda_outputs_by_the_projection_that_runs():
     assert shapes["gproj", None] == shapes["gproj", gproj.DEFAULT_PROJECTION]
 
 
+def sdpa_layout(t):
+    """(B, N, H, D) -> (B, H, N, D), a view (torch SDPA's layout)."""
+    return t.transpose(1, 2)
+
+
+@pytest.mark.parametrize("case", ["gqa_causal", "nq_lt_nk_full_d128"])
+def test_sdpa_entry_point_is_gproj_attention_in_torch_layout(case):
+    # gproj.scaled_dot_product_attention takes torch SDPA's (B, H, L, E) tensors and arguments: the same bits as
+    # gproj.attention on the transposed views, so within the same derived tolerance of the float64 reference.
+    (q, k, v, do, causal, scale), ref, tol = case_data(case)
+    sdpa = functools.partial(gproj.scaled_dot_product_attention, enable_gqa=True)
+
+    def through_sdpa(q, k, v, causal, scale, variant):
+        return sdpa_layout(sdpa(sdpa_layout(q), sdpa_layout(k), sdpa_layout(v), is_causal=causal, scale=scale,
+                                variant=variant))
+
+    got = run_gproj("gproj", q, k, v, do, causal, scale, attention=through_sdpa)
+    want = run_gproj("gproj", q, k, v, do, causal, scale)
+    for f in FIELDS:
+        assert torch.equal(got[f], want[f]), f
+    err = errors(got, ref)
+    assert all(err[f] <= tol[f] for f in FIELDS), err
+
+
+def test_sdpa_entry_point_masks_top_left_as_torch_does():
+    # torch's is_causal is top-left (key j visible to query i when j <= i). With L < S no query sees a key past L, so
+    # it is gproj's bottom-right mask on the first L keys: the same bits as that call, zero gradients past L. The
+    # equivalence itself, checked on torch's float64 SDPA.
+    B, H, Hkv, L, S, E = 2, 4, 2, 24, 40, 32
+    q, k, v, do = make_inputs(B, L, S, H, Hkv, E, seed=7)
+    q, k, v, do = (sdpa_layout(t) for t in (q, k, v, do))
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    o = gproj.scaled_dot_product_attention(*leaves, is_causal=True, enable_gqa=True)
+    grads = torch.autograd.grad(o, leaves, do)
+    cut = [t.detach()[:, :, :L].clone().requires_grad_() if i else t.detach().clone().requires_grad_()
+           for i, t in enumerate((q, k, v))]
+    o_cut = sdpa_layout(gproj.attention(*(sdpa_layout(t) for t in cut), causal=True))
+    grads_cut = torch.autograd.grad(o_cut, cut, do)
+    assert torch.equal(o, o_cut) and torch.equal(grads[0], grads_cut[0])
+    for full, part in zip(grads[1:], grads_cut[1:]):
+        assert torch.equal(full[:, :, :L], part) and not full[:, :, L:].any()
+    qd, kd, vd = (t.double() for t in (q, k, v))
+    kd, vd = (t.repeat_interleave(H // Hkv, dim=1) for t in (kd, vd))
+    top_left = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
+    on_first_l = torch.nn.functional.scaled_dot_product_attention(qd, kd[:, :, :L], vd[:, :, :L], is_causal=True)
+    assert torch.allclose(top_left, on_first_l, rtol=1e-12, atol=1e-12)
+
+
+def test_sdpa_entry_point_refuses_what_gproj_has_not():
+    q = torch.zeros(1, 4, 16, 8, dtype=torch.bfloat16)
+    k = torch.zeros(1, 2, 16, 8, dtype=torch.bfloat16)
+    sdpa = gproj.scaled_dot_product_attention
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        sdpa(q, k, k)
+    with pytest.raises(ValueError, match="no attn_mask"):
+        sdpa(q, q, q, attn_mask=torch.ones(16, 16, dtype=torch.bool))
+    with pytest.raises(ValueError, match="dropout_p = 0 only"):
+        sdpa(q, q, q, dropout_p=0.1)
+    with pytest.raises(ValueError, match="L = 16 queries > S = 8 keys"):
+        sdpa(q, q[:, :, :8], q[:, :, :8], is_causal=True)
+    with pytest.raises(ValueError, match="rank 4"):
+        sdpa(q[0], q[0], q[0])
+    with pytest.raises(TypeError, match="q has dtype torch.float32"):
+        sdpa(q.float(), q, q)
+    assert sdpa(q, q[:, :, :8], q[:, :, :8]).shape == q.shape  # (not causal: any L, S)
+
+
 class deterministic_algorithms:
     """torch.use_deterministic_algorithms(on, warn_only=...) for a with-block, the previous setting restored after."""
 

@@ -239,17 +239,18 @@ def sdpa_layout(t):
     return t.transpose(1, 2)
 
 
+def through_sdpa(q, k, v, causal, scale, variant):
+    """gproj.scaled_dot_product_attention on (B, N, H, D) tensors, through torch SDPA's (B, H, N, D) views."""
+    o = gproj.scaled_dot_product_attention(sdpa_layout(q), sdpa_layout(k), sdpa_layout(v), is_causal=causal,
+                                           scale=scale, variant=variant, enable_gqa=True)
+    return sdpa_layout(o)
+
+
 @pytest.mark.parametrize("case", ["gqa_causal", "nq_lt_nk_full_d128"])
 def test_sdpa_entry_point_is_gproj_attention_in_torch_layout(case):
     # gproj.scaled_dot_product_attention takes torch SDPA's (B, H, L, E) tensors and arguments: the same bits as
     # gproj.attention on the transposed views, so within the same derived tolerance of the float64 reference.
     (q, k, v, do, causal, scale), ref, tol = case_data(case)
-    sdpa = functools.partial(gproj.scaled_dot_product_attention, enable_gqa=True)
-
-    def through_sdpa(q, k, v, causal, scale, variant):
-        return sdpa_layout(sdpa(sdpa_layout(q), sdpa_layout(k), sdpa_layout(v), is_causal=causal, scale=scale,
-                                variant=variant))
-
     got = run_gproj("gproj", q, k, v, do, causal, scale, attention=through_sdpa)
     want = run_gproj("gproj", q, k, v, do, causal, scale)
     for f in FIELDS:
@@ -529,6 +530,23 @@ def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(varian
             err = errors({f: out[f].cpu() for f in FIELDS}, ref)
             for f in FIELDS:
                 assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+
+
+@pytest.mark.cuda
+@needs_cuda_device
+@needs_cuda_kernels
+@pytest.mark.parametrize("variant", ["baseline", "gproj"])
+def test_cuda_sdpa_entry_point_reads_torch_layout_within_tolerance(variant):
+    # Through torch SDPA's (B, H, N, D) layout the CUDA kernels read q, k, v (and dO) as transposed views: head and
+    # token strides swapped, D unit-stride. Within the derived tolerance, as the (B, N, H, D) tensors are.
+    for case in CASES:
+        (q, k, v, do, causal, scale), ref, tol = case_data(case)
+        if q.shape[-1] not in CUDA_HEAD_DIMS or (causal and q.shape[1] != k.shape[1]):
+            continue  # (causal with Nq != Nk: torch's mask is top-left, the cases' reference bottom-right)
+        out = run_gproj(variant, q.cuda(), k.cuda(), v.cuda(), do.cuda(), causal, scale, through_sdpa)
+        err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+        for f in FIELDS:
+            assert err[f] <= tol[f], f"cuda sdpa {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
 
 
 @pytest.mark.cuda

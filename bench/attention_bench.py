@@ -65,9 +65,13 @@ def make_impls(device):
     # gproj-gproj runs the default projection (thresh-lowrank); the exact form beside it for the overhead table
     impls["gproj-pweighted"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
                                                                    projection="pweighted")
-    # the lead form (docs/design-fp16-projection.md; CUDA: D = 128 only, elsewhere an error row)
+    # the lead form (docs/design-fp16-projection.md; CUDA: D = 64 and 128)
     impls["gproj-fp16-lowrank"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
                                                                       projection="fp16-lowrank")
+    # what deterministic=True costs (the exact projection, the one with a deterministic CUDA backward: dQ without
+    # atomics, docs/pytorch.md)
+    impls["gproj-pweighted-det"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
+                                                                       projection="pweighted", deterministic=True)
     backends = SDPA_BACKENDS if device == "cuda" else ["MATH"]
     for name in backends:
         backend = getattr(torch.nn.attention.SDPBackend, name)
@@ -120,9 +124,13 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0, ch
     by = {r["impl"]: r for r in rows if "error" not in r}
     if "gproj-baseline" in by:
         for r in rows:
-            if r["impl"] in ("gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank") and r["impl"] in by:
+            if r["impl"] in OVERHEAD_ROWS and r["impl"] in by:
                 r["gproj_bwd_overhead"], r["gproj_step_overhead"] = overheads(r, by["gproj-baseline"])
     return rows
+
+
+# the rows whose overhead over gproj-baseline the report gives
+OVERHEAD_ROWS = ("gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank", "gproj-pweighted-det")
 
 
 def overheads(g, base):

@@ -76,6 +76,13 @@ def errors(out, ref):
     return {f: rel_err(out[f], ref[f]) for f in FIELDS}
 
 
+def assert_within_tolerance(out, ref, tol, what):
+    """Every field of out (on any device) within its derived tolerance of the float64 reference."""
+    err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+    for f in FIELDS:
+        assert err[f] <= tol[f], f"{what} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+
+
 # (B, Nq, Nk, H, Hkv, D, causal, softmax_scale): GQA, MQA, Nq < Nk and Nq > Nk (with fully masked rows when
 # causal), lengths that no tile divides, D in {32, 64, 128}, the default and an explicit scale.
 CASES = {
@@ -255,8 +262,7 @@ def test_sdpa_entry_point_is_gproj_attention_in_torch_layout(case):
     want = run_gproj("gproj", q, k, v, do, causal, scale)
     for f in FIELDS:
         assert torch.equal(got[f], want[f]), f
-    err = errors(got, ref)
-    assert all(err[f] <= tol[f] for f in FIELDS), err
+    assert_within_tolerance(got, ref, tol, f"sdpa {case}")
 
 
 def test_sdpa_entry_point_masks_top_left_as_torch_does():
@@ -494,9 +500,7 @@ def test_cuda_within_derived_tolerance(variant):
         if q.shape[-1] not in CUDA_HEAD_DIMS:
             continue
         out = run_gproj(variant, q.cuda(), k.cuda(), v.cuda(), do.cuda(), causal, scale)
-        err = errors({f: out[f].cpu() for f in FIELDS}, ref)
-        for f in FIELDS:
-            assert err[f] <= tol[f], f"cuda {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+        assert_within_tolerance(out, ref, tol, f"cuda {case} {variant}")
 
 
 def misaligned_copy(t):
@@ -527,9 +531,7 @@ def test_cuda_misaligned_rows_take_the_reference_kernels_within_tolerance(varian
         mis = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(om, (qm, km, vm), misaligned_copy(do.cuda()))))
         mis["o"] = om.detach()
         for name, out in (("aligned (v1)", aligned), ("misaligned (v0)", mis)):
-            err = errors({f: out[f].cpu() for f in FIELDS}, ref)
-            for f in FIELDS:
-                assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+            assert_within_tolerance(out, ref, tol, f"{name} {case} {variant}")
 
 
 @pytest.mark.cuda
@@ -544,9 +546,7 @@ def test_cuda_sdpa_entry_point_reads_torch_layout_within_tolerance(variant):
         if q.shape[-1] not in CUDA_HEAD_DIMS or (causal and q.shape[1] != k.shape[1]):
             continue  # (causal with Nq != Nk: torch's mask is top-left, the cases' reference bottom-right)
         out = run_gproj(variant, q.cuda(), k.cuda(), v.cuda(), do.cuda(), causal, scale, through_sdpa)
-        err = errors({f: out[f].cpu() for f in FIELDS}, ref)
-        for f in FIELDS:
-            assert err[f] <= tol[f], f"cuda sdpa {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+        assert_within_tolerance(out, ref, tol, f"cuda sdpa {case} {variant}")
 
 
 @pytest.mark.cuda
@@ -567,9 +567,7 @@ def test_cuda_deterministic_backward_gives_the_same_bits_every_run(variant, proj
             assert all(torch.equal(r[f], runs[0][f]) for r in runs[1:]), f"{case} {variant} {f}"
         fast = run_gproj(variant, *args, functools.partial(attention, deterministic=False))
         for name, out in (("deterministic", runs[0]), ("atomic", fast)):
-            err = errors({f: out[f].cpu() for f in FIELDS}, ref)
-            for f in FIELDS:
-                assert err[f] <= tol[f], f"{name} {case} {variant} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+            assert_within_tolerance(out, ref, tol, f"{name} {case} {variant}")
 
 
 @pytest.mark.cuda
@@ -595,9 +593,7 @@ def test_cuda_forward_forms_k_basis_for_the_backward():
         torch.library.opcheck(ops.attention_forward, args)
         out = run_gproj("gproj", q, k, v, do, causal, scale,  # (requires grad: the basis from the forward)
                         functools.partial(gproj.attention, projection="thresh-lowrank"))
-        err = errors({f: out[f].cpu() for f in FIELDS}, ref)
-        for f in FIELDS:
-            assert err[f] <= tol[f], f"{case} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
+        assert_within_tolerance(out, ref, tol, case)
 
 
 @pytest.mark.cuda
@@ -613,9 +609,8 @@ def test_cuda_fp16_lowrank_within_derived_tolerance():
         qc, kc, vc, doc = (t.cuda() for t in (q, k, v, do))
         out = run_gproj("gproj", qc, kc, vc, doc, causal, scale, fp16)
         cpu = run_gproj("gproj", q, k, v, do, causal, scale, fp16)
-        err = errors({f: out[f].cpu() for f in FIELDS}, ref)
+        assert_within_tolerance(out, ref, tol, f"{name}: cuda fp16-lowrank")
         for f in FIELDS:
-            assert err[f] <= tol[f], f"{name}: cuda fp16-lowrank {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
             assert rel_err(out[f].cpu(), cpu[f].double()) <= tol[f], f"{name}: cuda against the CPU emulator, {f}"
     B, Nq, H, D = q.shape
     args = (qc, kc, vc, causal, scale, "gproj", None, "fp16-lowrank", None, True)

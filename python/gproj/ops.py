@@ -1,7 +1,7 @@
 # gproj.attention: the torch.library custom ops gproj::attention_forward/backward with fake (meta) and autograd
 # implementations over gproj._C (torch >= 2.4), or an autograd.Function on older torch. Exercised by tests/python/.
 import warnings
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -103,10 +103,12 @@ class _AttentionFunction(torch.autograd.Function):
                   deterministic)
         outputs = _forward(*inputs)
         _save(ctx, inputs, outputs)
-        return outputs[0]
+        ctx.mark_non_differentiable(outputs[2])
+        ctx.set_materialize_grads(False)  # no zeros tensor for the LSE's (absent) gradient
+        return outputs[0], outputs[2]  # o and the LSE (gproj.attention's return_lse; it carries no gradient)
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx, dout, _d_lse):
         return _grads(ctx, dout, _backward)
 
 
@@ -130,7 +132,8 @@ if HAS_CUSTOM_OP:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, variant: str = "gproj",
               fwdfix_max_shift: Optional[float] = None, projection: Optional[str] = None,
-              dk_compensation_rank: Optional[int] = None, deterministic: Optional[bool] = None) -> torch.Tensor:
+              dk_compensation_rank: Optional[int] = None, deterministic: Optional[bool] = None,
+              return_lse: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Softmax attention of BF16 tensors laid out like flash_attn_func's, with gproj's rounding variants.
 
     q: (B, Nq, H, D), k, v: (B, Nk, Hkv, D) torch.bfloat16 on one device, H % Hkv == 0 (GQA), D a multiple of 8
@@ -152,7 +155,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     baseline, fwdfix and gproj with projection "pweighted". With gproj's other projections on CUDA, True raises
     ValueError, and torch's flag raises RuntimeError (a warning under warn_only=True, and the atomics run), as
     torch's own nondeterministic operations do (docs/pytorch.md, "Deterministic backward").
+    return_lse: also return the forward's log-sum-exp, (o, lse) with lse (B, H, Nq) torch.float32, the natural log of
+    each row's sum of exp(softmax_scale q.k) over its visible keys (-inf for a row with none), as flash_attn's
+    softmax_lse: what merging attention over key blocks needs. It carries no gradient (as torch's own attention ops'
+    logsumexp outputs): a loss that uses it gets no gradient through it (docs/pytorch.md, "The LSE").
     """
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
     scale = None if softmax_scale is None else float(softmax_scale)
     shift = None if fwdfix_max_shift is None else float(fwdfix_max_shift)
     # gproj's projection by name from here on, the default resolved: a graph torch.compile traces then carries the
@@ -168,10 +177,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     # K's basis from the forward only where a backward will follow (docs/gproj-forward-basis.md)
     basis = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if HAS_CUSTOM_OP and _needs_custom_op(q):
-        return attention_forward(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis,
-                                 deterministic)[0]
-    return _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis,
+        outputs = attention_forward(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis,
                                     deterministic)
+        o, lse = outputs[0], outputs[2]
+    else:
+        o, lse = _AttentionFunction.apply(q, k, v, bool(causal), scale, variant, shift, projection, rank, basis,
+                                          deterministic)
+    return (o, lse) if return_lse else o
 
 
 def _deterministic_backward(deterministic: Optional[bool], q: torch.Tensor, variant: str,

@@ -166,10 +166,111 @@ def test_autograd_function_matches_custom_op():
         return ops.attention_forward(q, k, v, causal, scale, variant)[0]
 
     for variant in ("fp32", "gproj"):
-        got = run_gproj(variant, *inputs, attention=ops._AttentionFunction.apply)
+        got = run_gproj(variant, *inputs, attention=lambda *a: ops._AttentionFunction.apply(*a)[0])
         want = run_gproj(variant, *inputs, attention=custom_op)
         for f in FIELDS:
             assert torch.equal(got[f], want[f]), f"{variant} {f}"
+
+
+def reference_lse(q, k, causal, scale):
+    """Float64 log-sum-exp of each row's visible scores (B, H, Nq), -inf for a row with no visible key."""
+    group = q.shape[2] // k.shape[2]
+    s = torch.einsum("bihd,bjhd->bhij", q.double(), k.double().repeat_interleave(group, dim=2)) * scale
+    Nq, Nk = q.shape[1], k.shape[1]
+    if causal:
+        visible = torch.arange(Nk)[None, :] <= torch.arange(Nq)[:, None] + (Nk - Nq)
+        s = s.masked_fill(~visible, float("-inf"))
+    return torch.logsumexp(s, dim=-1)
+
+
+def lse_error(lse, want):
+    """||lse - want||_F / ||want||_F over the rows with a visible key; asserts -inf exactly on the others."""
+    finite = torch.isfinite(want)
+    got = lse.cpu().double()
+    assert torch.equal(torch.isfinite(got), finite) and bool((got[~finite] < 0).all()), "-inf rows differ"
+    return rel_err(got[finite], want[finite])
+
+
+@lru_cache(maxsize=None)
+def lse_case(name):
+    """A case's inputs, float64 LSE and the derived LSE tolerance (GUIDE §4, as tests/cpu/flash_forward_test.cc
+    forms it): 2x the fp32 variant's error plus 2x the error of rounding the float64 LSE to FP32."""
+    (q, k, v, _, causal, scale), _, _ = case_data(name)
+    scale_used = default_scale(q.shape[-1]) if scale is None else scale
+    want = reference_lse(q, k, causal, scale_used)
+    _, fp32 = gproj.attention(q, k, v, causal, scale, "fp32", return_lse=True)
+    finite = torch.isfinite(want)
+    tol = 2 * lse_error(fp32, want) + 2 * rel_err(want[finite].float(), want[finite])
+    return (q, k, v, causal, scale), want, tol
+
+
+def assert_fp16_lowrank_lse(lse, want, what):
+    """fp16-lowrank's LSE is log l of FP16-rounded terms, each within 2^-11 relative, so each row is within 2^-11 of
+    the float64 one plus FP32 rounding (tests/cpu/flash_backward_test.cc's bound)."""
+    lse_error(lse, want)  # the -inf rows
+    got, finite = lse.cpu().double(), torch.isfinite(want)
+    bound = 2.0**-11 + 1e-6 * (1 + want[finite].abs())
+    worst = float(((got[finite] - want[finite]).abs() - bound).max())
+    assert worst <= 0, f"{what}: a row's LSE is {worst:.3e} past 2^-11 + 1e-6 (1 + |lse|)"
+
+
+@pytest.mark.parametrize("variant", gproj.VARIANTS)
+@pytest.mark.parametrize("case", CASES)
+def test_return_lse_gives_the_row_log_sum_exp_without_gradient(case, variant):
+    # return_lse hands back the LSE the forward saves for its backward: within the derived tolerance of float64's,
+    # -inf for rows with no visible key, carrying no gradient; o and its gradients are the bits of the plain call.
+    (q, k, v, causal, scale), want, tol = lse_case(case)
+    _, _, _, do, _, _ = case_data(case)[0]
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    o, lse = gproj.attention(*leaves, causal, scale, variant, return_lse=True)
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    assert not lse.requires_grad
+    if variant == "gproj" and gproj.DEFAULT_PROJECTION == "fp16-lowrank":
+        assert_fp16_lowrank_lse(lse, want, case)  # (its forward sums FP16-rounded terms)
+    else:
+        err = lse_error(lse, want)
+        print(f"{case} {variant:8s} lse: rel err {err:.3e} <= tol {tol:.3e}")
+        assert err <= tol, f"{variant} lse: {err:.3e} > derived tolerance {tol:.3e}"
+    grads = torch.autograd.grad(o, leaves, do)
+    plain = run_gproj(variant, q, k, v, do, causal, scale)
+    assert torch.equal(o.detach(), plain["o"])
+    for f, g in zip(("dq", "dk", "dv"), grads):
+        assert torch.equal(g, plain[f]), f
+
+
+def test_return_lse_of_the_fp16_lowrank_projection_within_its_bound():
+    for case in CASES:
+        (q, k, v, causal, scale), want, _ = lse_case(case)
+        _, lse = gproj.attention(q, k, v, causal, scale, projection="fp16-lowrank", return_lse=True)
+        assert_fp16_lowrank_lse(lse, want, case)
+
+
+def test_return_lse_must_be_a_bool():
+    q = torch.zeros(1, 4, 1, 8, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="return_lse must be True or False"):
+        gproj.attention(q, q, q, return_lse=1)
+
+
+@needs_custom_op
+def test_return_lse_through_torch_compile_matches_eager():
+    (q, k, v, causal, scale), _, _ = lse_case("nq_gt_nk_causal_masked_rows")
+
+    def step(q, k, v):
+        o, lse = gproj.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+        return o * 2, lse
+
+    compiled = torch.compile(step, fullgraph=True)
+    got, want = compiled(q, k, v), step(q, k, v)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    do = case_data("nq_gt_nk_causal_masked_rows")[0][3]
+    grads = {}
+    for name, fn in (("compiled", compiled), ("eager", step)):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        o, lse = fn(*leaves)
+        assert not lse.requires_grad, name
+        grads[name] = torch.autograd.grad(o, leaves, do)
+    for g, w in zip(grads["compiled"], grads["eager"]):
+        assert torch.equal(g, w)
 
 
 def test_eager_calls_take_the_autograd_function():
@@ -503,6 +604,28 @@ def test_cuda_within_derived_tolerance(variant):
         assert_within_tolerance(out, ref, tol, f"cuda {case} {variant}")
 
 
+@pytest.mark.cuda
+@needs_cuda_device
+@needs_cuda_kernels
+@pytest.mark.parametrize("projection", [None, "fp16-lowrank"])
+@pytest.mark.parametrize("variant", gproj.VARIANTS)
+def test_cuda_return_lse_within_derived_tolerance(variant, projection):
+    if projection is not None and variant != "gproj":
+        pytest.skip("a projection is gproj's")
+    for case in CASES:
+        (q, k, v, causal, scale), want, tol = lse_case(case)
+        if q.shape[-1] not in CUDA_HEAD_DIMS:
+            continue
+        _, lse = gproj.attention(q.cuda(), k.cuda(), v.cuda(), causal, scale, variant, projection=projection,
+                                 return_lse=True)
+        assert lse.is_cuda and not lse.requires_grad
+        if projection == "fp16-lowrank" or (variant == "gproj" and gproj.DEFAULT_PROJECTION == "fp16-lowrank"):
+            assert_fp16_lowrank_lse(lse, want, f"cuda {case}")
+        else:
+            err = lse_error(lse, want)
+            assert err <= tol, f"cuda {case} {variant} lse: {err:.3e} > derived tolerance {tol:.3e}"
+
+
 def misaligned_copy(t):
     """A copy of t whose data starts 2 bytes past a 16-byte boundary: the v1 kernels' 16-byte row copies cannot
     take it, so the launch file falls back to the v0 reference kernels."""
@@ -673,7 +796,7 @@ def test_the_op_is_called_with_the_default_resolved(monkeypatch):
         @staticmethod
         def apply(*args):
             seen.append(args)
-            return args[0]
+            return args[0], None
 
     monkeypatch.setattr(ops, "_AttentionFunction", Recorder)
     q, k, v, _ = make_inputs(1, 8, 8, 2, 2, 16, seed=5)

@@ -65,16 +65,23 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
   // and load its V scale, which lands during the loop and goes to shared memory after it. (Until v3.45f the row's
   // thread did this after its sum: a 64-bit division, three 32-bit ones and the load's round trip at the end of
   // the CTA, with 2 of its 8 warps still running.)
+  // v3.45g (session 47): they also read the head's max |dO_i| as it stands (L2, not L1: __ldcg), and the row's
+  // thread adds its own with an atomic only when it is larger. The max only grows, so a stale read costs an atomic,
+  // never a wrong max; once the first CTAs have run, most rows skip it (until v3.45g every row sent one: B H Nq
+  // atomics onto B H words).
   __shared__ int s_head[kH16 && !kDoS ? kPreRows : 1];
   __shared__ float s_inv_sv[kH16 && !kDoS ? kPreRows : 1];
+  __shared__ unsigned s_seen[kH16 && !kDoS ? kPreRows : 1];
   [[maybe_unused]] int head = 0;
   [[maybe_unused]] float s_v = 1.0f;
+  [[maybe_unused]] unsigned seen = 0;
   if constexpr (kH16 && !kDoS) {
     if (threadIdx.x >= kPreRows && threadIdx.x < 2 * kPreRows) {
       int64_t b, i, h;
       coords(threadIdx.x - kPreRows, b, i, h);
       head = static_cast<int>(b * p.H + h);
       s_v = p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, static_cast<int>(b), static_cast<int>(h / (p.H / p.Hkv)))];
+      seen = __ldcg(p.dmax_bits + head);
     }
   }
   if (threadIdx.x < kPreRows) {
@@ -115,6 +122,7 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     if (threadIdx.x >= kPreRows && threadIdx.x < 2 * kPreRows) {
       s_head[threadIdx.x - kPreRows] = head;
       s_inv_sv[threadIdx.x - kPreRows] = 1.0f / s_v;  // exact: a power of two
+      s_seen[threadIdx.x - kPreRows] = seen;
     }
   }
   __syncthreads();
@@ -144,7 +152,8 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     p.delta[out_row[r]] = acc;  // delta' (s_v s_do / l units)
   } else if constexpr (kH16) {
     p.delta[out_row[r]] = acc * s_inv_sv[r];
-    atomicMax(p.dmax_bits + s_head[r], __float_as_uint(sqrtf(sq)));
+    const unsigned bits = __float_as_uint(sqrtf(sq));  // (non-negative floats order as their bits)
+    if (bits > s_seen[r]) atomicMax(p.dmax_bits + s_head[r], bits);
   } else {
     p.delta[out_row[r]] = acc;
   }

@@ -184,8 +184,10 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),
           dSb_raw(P.size()), dSb(P.size()), Ph(dout_side ? P.size() : 0);
       // P of one tile, recomputed from the LSE: exp(scale * Q K^T - LSE), masked and empty rows 0.
-      // fp16-lowrank: the consistent P, P = fp16(2^(S log2e - M)) 2^(M - LSE log2e), M = ceil(LSE log2e), the
-      // forward's P^ / l (cpu/forward_block.h).
+      // fp16-lowrank: P = 2^(S log2e - M) 2^(M - LSE log2e), M = ceil(LSE log2e): the forward's P^ / l
+      // (cpu/forward_block.h) without its FP16 rounding (session 48: with it, the errors are the same to 0.009
+      // points, docs/design-fp16-projection.md; without it the kernel's element-wise step is shorter). fp16_dout_side
+      // rounds P^ to FP16, dV's operand there.
       auto p_tile = [&](int64_t i0, int rows, int64_t j0, int cols) {
         gemm.nt(rows, cols, D, &Qg[i0 * D], D, &Kg[j0 * D], D, P.data(), Bk, false);
         for (int i = 0; i < rows; ++i) {
@@ -199,9 +201,9 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
           if (fp16 && vis > 0) {
             const float l2 = L[i0 + i] * kLog2e, M = std::ceil(l2), inv_l = std::exp2(M - l2);
             for (int j = 0; j < vis; ++j) {
-              const float ph = cpu::round_fp16(std::exp2(std::fma(p[j], scale_log2, -M)));  // fp16(P^)
-              if (dout_side) Ph[i * Bk + j] = ph;
-              p[j] = ph * inv_l;
+              const float x = std::exp2(std::fma(p[j], scale_log2, -M));  // P^
+              if (dout_side) Ph[i * Bk + j] = cpu::round_fp16(x);
+              p[j] = (dout_side ? Ph[i * Bk + j] : x) * inv_l;
             }
           } else {
             for (int j = 0; j < vis; ++j) p[j] = scale * p[j];

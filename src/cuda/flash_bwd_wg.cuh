@@ -250,7 +250,7 @@ __device__ __forceinline__ void store_dk_dv_direct(const KernelParams& p, bf16_t
 // of thresh-lowrank's work from this kernel so that a bench can time it; the gradients are then wrong, and the
 // bench says so. 1: the statistics product (the record is zero), 2: bf16(P) into shared memory, 4: the record
 // atomics, 8: the large-entry test and the list appends; 16 and 32 are the forward's (flash_fwd_wg.cuh), 64 and 128
-// thresh_dq_kernel's (projection_tc.cuh). With kH16 (fp16-lowrank) bits 1, 2 and 4 remove parts of its element-wise
+// thresh_dq_kernel's (projection_tc.cuh). With kH16 (fp16-lowrank) bits 1 and 2 remove parts of its element-wise
 // step instead (the comment there). 0 (every normal build) changes nothing.
 #ifndef GPROJ_ABLATE
 #define GPROJ_ABLATE 0
@@ -681,16 +681,18 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           pv[e] = x;
           if constexpr (!kH16) dsv[e] = x * (dp[4 * n + e] - dl);
         }
-        if constexpr (kH16) {  // P = fp16(P^) / l, sigma dS = P (dP sigma - delta sigma) (Dls holds delta sigma): the
-                               // emulator's round_fp16(sigma (P (dP - delta))) bit for bit, sigma a power of two
-          // (ablation bits for timing only, kAblate above: 1 drops 1 / l, 2 gives dV's A the packed FP16 P^, 4
-          // drops the FP16 round trip)
+        if constexpr (kH16) {  // P = P^ / l, sigma dS = P (dP sigma - delta sigma) (Dls holds delta sigma): the
+                               // emulator's round_fp16(sigma (P (dP - delta))), sigma a power of two. P^ is not
+                               // rounded to FP16 here (session 48; the forward's is): kDoS rounds it, dV's A there.
+          // (ablation bits for timing only, kAblate above: 1 drops 1 / l, 2 gives dV's A the packed FP16 P^)
           // (kDoS: 1 / l is in dP' and delta')
           const float2 il = (kDoS || (kAblate & 1)) ? make_float2(1.0f, 1.0f)
                                                     : *reinterpret_cast<const float2*>(sIl + wg * BQ + ql0);
-          h16a = __floats2half2_rn(pv[0], pv[1]), h16b = __floats2half2_rn(pv[2], pv[3]);
-          const float2 ra = (kAblate & 4) ? make_float2(pv[0], pv[1]) : __half22float2(h16a);
-          const float2 rb = (kAblate & 4) ? make_float2(pv[2], pv[3]) : __half22float2(h16b);
+          float2 ra = make_float2(pv[0], pv[1]), rb = make_float2(pv[2], pv[3]);
+          if constexpr (kDoS || (kAblate & 2)) {
+            h16a = __floats2half2_rn(pv[0], pv[1]), h16b = __floats2half2_rn(pv[2], pv[3]);
+            ra = __half22float2(h16a), rb = __half22float2(h16b);
+          }
           pv[0] = ra.x * il.x, pv[1] = ra.y * il.y, pv[2] = rb.x * il.x, pv[3] = rb.y * il.y;
 #pragma unroll
           for (int e = 0; e < 4; ++e) dsv[e] = pv[e] * fmaf(dp[4 * n + e], h16_sigma, -((e & 1) ? D2.y : D2.x));

@@ -1207,7 +1207,8 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
     detail::h16_dq_kernel<128><<<dq_grid, 256, 0, st>>>(kp);
   }
   if (Status e = last_error("backward dQ post-pass (fp16-lowrank)"); !e.ok) return e;
-  *kernels = std::string(p.D == 64 ? "backward v3.17-h16" : "backward v3.2-h16") +
+  // (h16d, session 48: P from the LSE, not the forward's fp16(P^) / l; the kDoS form keeps the latter)
+  *kernels = std::string(p.D == 64 ? "backward v3.17-h16d" : "backward v3.2-h16d") +
              std::string(" (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of "
                          "ones, rank-6 dQ projection") +
              (dos ? "; 1/l on dO: dP' = Vh dOh^T, dV = fp16(P^)^T dOh)" : ")");

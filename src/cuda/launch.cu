@@ -558,7 +558,9 @@ Fp16Copies fp16_copies(const Problem& p, void* stats, void* workspace) {
           reinterpret_cast<unsigned int*>(ws + l.gram + l.vh)};
 }
 
-// The conversion pass's kernels on `st` (convert_fp16_copies checks the arguments; forward() checked its own).
+// The conversion pass's kernels on `st` (convert_fp16_copies checks the arguments; forward() checked its own):
+// every head's max |x| and scale and v's copy, which the forward reads (convert_launch), then the copies of q and k,
+// which only the backward reads (convert_qk_launch; the forward queues them beside its kernel, forward_side_copies).
 Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                       void* qh, void* kht, void* vh, float* scales, unsigned int* maxbits, cudaStream_t st) {
   const int B = static_cast<int>(p.B), Nq = static_cast<int>(p.Nq), Nk = static_cast<int>(p.Nk),
@@ -577,15 +579,24 @@ Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTenso
   const detail::ChunkShape wide = detail::chunk_shape(std::max(H, Hkv) * D / 8);
   detail::fp16_absmax_kernel<<<dim3(wide.blocks, token_blocks(std::max(Nq, Nk)), 3 * B), wide.threads, 0, st>>>(cp);
   detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, heads, count);
-  const detail::ChunkShape qs = detail::chunk_shape(H * D / 8), vs = detail::chunk_shape(Hkv * D / 8);
-  detail::fp16_convert_kernel<<<dim3(qs.blocks, token_blocks(Nq), B), qs.threads, 0, st>>>(
-      strided(q), Nq, H, D, scales, static_cast<__half*>(qh));
+  const detail::ChunkShape vs = detail::chunk_shape(Hkv * D / 8);
   detail::fp16_convert_kernel<<<dim3(vs.blocks, token_blocks(Nk), B), vs.threads, 0, st>>>(
       strided(v), Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
+  return last_error("FP16 conversion");
+}
+
+// qh and kht (K^T per kv head) from q, k and the scales convert_launch formed.
+Status convert_qk_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, void* qh, void* kht,
+                         const float* scales, cudaStream_t st) {
+  const int B = static_cast<int>(p.B), Nq = static_cast<int>(p.Nq), Nk = static_cast<int>(p.Nk),
+            H = static_cast<int>(p.H), Hkv = static_cast<int>(p.Hkv), D = static_cast<int>(p.D);
+  const detail::ChunkShape qs = detail::chunk_shape(H * D / 8);
+  detail::fp16_convert_kernel<<<dim3(qs.blocks, (Nq + detail::kConvertTokens - 1) / detail::kConvertTokens, B),
+                                qs.threads, 0, st>>>(strided(q), Nq, H, D, scales, static_cast<__half*>(qh));
   detail::fp16_convert_transpose_kernel<<<dim3((Nk + detail::kTransposeKeys - 1) / detail::kTransposeKeys, 1, B * Hkv),
                                           detail::kConvertThreads, 0, st>>>(
       strided(k), Nk, static_cast<int>(fp16_kht_ld(p)), Hkv, D, scales + B * H, static_cast<__half*>(kht));
-  return last_error("FP16 conversion");
+  return last_error("FP16 conversion of q and k");
 }
 
 // The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
@@ -755,6 +766,25 @@ Status forward_basis_prepass(const KernelParams& kp, cudaStream_t main, const Ca
   return s;
 }
 
+// fp16-lowrank's copies of q and k (convert_qk_launch), which only its backward reads, on the side stream from
+// `fork` beside the forward kernel, as forward_basis_prepass does (session 48): the copies fill the SMs the forward
+// kernel's last wave leaves idle instead of running before it. The caller's stream then waits for them. Without a
+// side stream or a fork event they run in order on the caller's stream.
+Status forward_side_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const Fp16Copies& c,
+                           cudaStream_t main, const CallEvent& fork) {
+  cudaStream_t side = fork.event != nullptr ? basis_stream() : nullptr;
+  if (side == nullptr) return convert_qk_launch(p, q, k, c.qh, c.kht, c.scales, main);
+  if (cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) return last_error("FP16 copies fork");
+  Status s = convert_qk_launch(p, q, k, c.qh, c.kht, c.scales, side);
+  const CallEvent join(true, side);
+  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
+    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
+    cudaGetLastError();
+    if (s.ok) s = fail(ErrorCode::kDevice, "FP16 copies: could not join the side stream back into the caller's");
+  }
+  return s;
+}
+
 }  // namespace
 
 Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
@@ -830,6 +860,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     kp.u = static_cast<float*>(p.forward_basis);
     kp.gram = static_cast<float*>(p.forward_workspace);
   }
+  Fp16Copies h16_copies{};  // fp16-lowrank: where its FP16 copies go (q's and k's are queued after the forward)
   if (stats) {  // K's basis, bf16(K U) and its tiles, then the v2.3 forward, all on the caller's stream
     set_stats_params(&kp, p, p.forward_stats);
     if (Status s = ku_tiles_map(&maps.ku, kp.ku_tiles, p); !s.ok) return s;
@@ -859,6 +890,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
         }
       }
       const Fp16Copies c = fp16_copies(p, p.forward_stats, p.forward_workspace);
+      h16_copies = c;
       kp.o16_out = static_cast<__half*>(c.o16);
       Status s = convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st);
       DeviceTensor vh;
@@ -885,11 +917,17 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     }
     if (!s.ok) return s;
   }
-  // forward_basis: the fork point is the caller's stream before the forward kernel (forward_basis_prepass).
-  const CallEvent fork(basis, st);
+  // forward_basis and fp16-lowrank's copies of q and k: the fork point is the caller's stream before the forward
+  // kernel (forward_basis_prepass, forward_side_copies).
+  const CallEvent fork(basis || h16, st);
   Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
                        : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
   if (s.ok && stats) s.kernels += h16 ? " (+ FP16 conversion, basis and K U tiles)" : " (+ thresh-lowrank basis and K U tiles)";
+  if (s.ok && h16) {
+    const std::string kernels = s.kernels;
+    s = forward_side_copies(p, q, k, h16_copies, st, fork);
+    if (s.ok) s.kernels = kernels + " (+ the FP16 copies of q and k beside it)";
+  }
   if (s.ok && basis) {
     const std::string kernels = s.kernels;
     s = p.D == 64 ? forward_basis_prepass<64>(kp, st, fork) : forward_basis_prepass<128>(kp, st, fork);
@@ -1448,6 +1486,7 @@ Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const Device
   }
   Status s = convert_launch(p, q, k, v, qh, kht, vh, scales, static_cast<unsigned int*>(workspace),
                             static_cast<cudaStream_t>(stream));
+  if (s.ok) s = convert_qk_launch(p, q, k, qh, kht, scales, static_cast<cudaStream_t>(stream));
   if (s.ok) s.kernels = "FP16 conversion (per-head absmax, scale, convert, transpose)";
   return s;
 }

@@ -766,6 +766,32 @@ Status forward_basis_prepass(const KernelParams& kp, cudaStream_t main, const Ca
   return s;
 }
 
+// fp16-lowrank's basis of K (Gram matrix, eigenvectors: they read only k and write only the Gram workspace and u)
+// on the side stream, queued first, beside `main_work` (the conversion pass) on the caller's stream, which then waits
+// for both before the K U tiles read U and the scales (session 49). Queued first, the small Gram grid and the
+// eigenvector CTAs (one per kv head, latency-bound) take their SMs before the conversion's wide grids fill the rest,
+// instead of running after them on the path to the forward kernel. Without a side stream or an event, in order on
+// the caller's stream.
+template <int D, class MainWork>
+Status basis_beside_conversion(const KernelParams& kp, cudaStream_t main, MainWork&& main_work) {
+  const CallEvent fork(true, main);
+  cudaStream_t side = fork.event != nullptr ? basis_stream() : nullptr;
+  if (side == nullptr || cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) {
+    cudaGetLastError();
+    Status s = main_work();
+    return s.ok ? lowrank_prepass<D, false>(kp, main, false) : s;
+  }
+  Status s = lowrank_prepass<D, false>(kp, side, false);
+  const CallEvent join(true, side);
+  const Status m = main_work();
+  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
+    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
+    cudaGetLastError();
+    if (s.ok) s = fail(ErrorCode::kDevice, "forward basis: could not join the side stream back into the caller's");
+  }
+  return s.ok ? m : s;
+}
+
 // fp16-lowrank's copies of q and k (convert_qk_launch), which only its backward reads, on the side stream from
 // `fork` beside the forward kernel, as forward_basis_prepass does (session 48): the copies fill the SMs the forward
 // kernel's last wave leaves idle instead of running before it. The caller's stream then waits for them. Without a
@@ -892,12 +918,14 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
       const Fp16Copies c = fp16_copies(p, p.forward_stats, p.forward_workspace);
       h16_copies = c;
       kp.o16_out = static_cast<__half*>(c.o16);
-      Status s = convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st);
+      // K's basis beside the conversion pass (absmax, scales, v's copy), both done before the K U tiles
+      const auto conversion = [&] { return convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st); };
+      Status s = p.D == 64 ? basis_beside_conversion<64>(kp, st, conversion)
+                           : basis_beside_conversion<128>(kp, st, conversion);
       DeviceTensor vh;
       vh.data = c.vh;
       vh.stride[0] = p.Nk * p.Hkv * p.D, vh.stride[1] = p.Hkv * p.D, vh.stride[2] = p.D, vh.stride[3] = 1;
       if (s.ok) s = tensor_map(&maps.v, vh, p.B, p.Nk, p.Hkv, p.D, "vh (the FP16 copy of v)");
-      if (s.ok) s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, false) : lowrank_prepass<128, false>(kp, st, false);
       if (s.ok) {
         s = p.D == 64 ? launch(detail::ku_kernel<64, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
                                detail::kBwdThreads)
@@ -922,7 +950,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
   const CallEvent fork(basis || h16, st);
   Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
                        : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
-  if (s.ok && stats) s.kernels += h16 ? " (+ FP16 conversion, basis and K U tiles)" : " (+ thresh-lowrank basis and K U tiles)";
+  if (s.ok && stats) s.kernels += h16 ? " (+ FP16 conversion with the basis beside it, K U tiles)" : " (+ thresh-lowrank basis and K U tiles)";
   if (s.ok && h16) {
     const std::string kernels = s.kernels;
     s = forward_side_copies(p, q, k, h16_copies, st, fork);

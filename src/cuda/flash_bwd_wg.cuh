@@ -305,7 +305,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   static_assert(!kDoS || kH16, "1 / l on dO's side is a form of fp16-lowrank's backward");
   constexpr bool kSplit = kBwdWgSplit<D, kSplitDq>;
   constexpr bool kBulk = kBwdWgBulkDq<D, kSplitDq, kTma>;
-  constexpr bool kEarlyDq = kSplit && kTma && !kThresh && !kDkComp && !kFwdStats && !kStats && !kVecDq;  // v3.55
   constexpr int BK = kWgBwdKeys, BQ = kWgBwdRows, kNB = D / 64, kStages = kBwdWgStages<D, kTma, kBulk>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -799,28 +798,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       __syncthreads();
     }
 
-    // v3.55 (kEarlyDq: v3.2 without thresh-lowrank's statistics or the dK compensation, i.e. baseline, fwdfix and
-    // fp16-lowrank at D = 128): the dQ product is issued behind dV, dK without waiting for them, so that the tensor
-    // cores go from one to the other with no gap; dV, dK are waited for (wait_group 1) after the dQ issue, with pf
-    // and dsf kept until then. Before: wait for dV, dK here, then issue dQ.
-    const auto dvdk_done = [&] {  // dV, dK: pf and dsf are free (their registers may hold the dQ accumulators next)
+    wg_wait0();  // dV, dK: pf and dsf are free (their registers may hold the dQ accumulators next)
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) {
-        fence_regs(dv[nb]);
-        fence_regs(dk[nb]);
-      }
-      fence_regs(pf);
-      fence_regs(dsf);
-      if constexpr (kDkComp) {
-        fence_regs(ef);
-        fence_regs(ecomp);
-      }
-      if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
-    };
-    if constexpr (!kEarlyDq) {
-      wg_wait0();
-      dvdk_done();
+    for (int nb = 0; nb < kNB; ++nb) {
+      fence_regs(dv[nb]);
+      fence_regs(dk[nb]);
     }
+    fence_regs(pf);
+    fence_regs(dsf);
+    if constexpr (kDkComp) {
+      fence_regs(ef);
+      fence_regs(ecomp);
+    }
+    if (kTma && lane == 0) mbar_arrive(&empty[st]);  // this warp's products have read stage st
     // The entries whose slots were claimed after the element-wise step, written once the products that hide the
     // claims' round trips are done (sP holds their bf16(P) from the barrier above to the next block's): in the
     // default form here, after the dK, dV products (v3.22e: backward −3% to −4% on Gaussian and sink rows, q x 4
@@ -905,10 +895,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
       }
       wg_commit();
-      if constexpr (kEarlyDq) {
-        wg_wait1();  // dV, dK (the older group); dQ may still run
-        dvdk_done();
-      }
       wg_wait0();
       fence_regs(dqa);
       if (kThresh && qn == 0) {

@@ -184,8 +184,10 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
       std::vector<float> P(static_cast<size_t>(Bq) * Bk), Pb(P.size()), dP(P.size()), dS(P.size()),
           dSb_raw(P.size()), dSb(P.size()), Ph(dout_side ? P.size() : 0);
       // P of one tile, recomputed from the LSE: exp(scale * Q K^T - LSE), masked and empty rows 0.
-      // fp16-lowrank: the consistent P, P = fp16(2^(S log2e - M)) 2^(M - LSE log2e), M = ceil(LSE log2e), the
-      // forward's P^ / l (cpu/forward_block.h).
+      // fp16-lowrank: P = 2^(S log2e - LSE log2e) from the FP16 copies of Q and K, the forward's P^ / l without
+      // P^'s FP16 rounding (session 48: the errors move by <= 0.009 points without it, docs/design-fp16-projection.md,
+      // and the kernel's element-wise step is baseline's). fp16_dout_side takes the forward's fp16(P^), P^ =
+      // 2^(S log2e - M) with M = ceil(LSE log2e) (cpu/forward_block.h): dV's operand there.
       auto p_tile = [&](int64_t i0, int rows, int64_t j0, int cols) {
         gemm.nt(rows, cols, D, &Qg[i0 * D], D, &Kg[j0 * D], D, P.data(), Bk, false);
         for (int i = 0; i < rows; ++i) {
@@ -197,11 +199,15 @@ BackwardResult flash_backward_cpu(const TensorView<const bf16>& q, const TensorV
                                               : cols;
           if (dout_side) std::fill(&Ph[i * Bk], &Ph[i * Bk] + Bk, 0.0f);
           if (fp16 && vis > 0) {
-            const float l2 = L[i0 + i] * kLog2e, M = std::ceil(l2), inv_l = std::exp2(M - l2);
-            for (int j = 0; j < vis; ++j) {
-              const float ph = cpu::round_fp16(std::exp2(std::fma(p[j], scale_log2, -M)));  // fp16(P^)
-              if (dout_side) Ph[i * Bk + j] = ph;
-              p[j] = ph * inv_l;
+            const float l2 = L[i0 + i] * kLog2e;
+            if (dout_side) {
+              const float M = std::ceil(l2), inv_l = std::exp2(M - l2);
+              for (int j = 0; j < vis; ++j) {
+                Ph[i * Bk + j] = cpu::round_fp16(std::exp2(std::fma(p[j], scale_log2, -M)));  // fp16(P^)
+                p[j] = Ph[i * Bk + j] * inv_l;
+              }
+            } else {
+              for (int j = 0; j < vis; ++j) p[j] = std::exp2(std::fma(p[j], scale_log2, -l2));
             }
           } else {
             for (int j = 0; j < vis; ++j) p[j] = scale * p[j];

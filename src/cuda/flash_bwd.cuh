@@ -53,12 +53,40 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
   // positions, the (B, N, H, D) layout; else (b, h, i)), so that its 64 rows are one stretch of memory; each row's
   // offsets and delta index formed once, by one thread (until v3.45c every 16-byte chunk's loop iteration divided
   // its 64-bit row index three times before its load).
-  if (threadIdx.x < kPreRows) {
+  const auto coords = [&](int rr, int64_t& b, int64_t& i, int64_t& h) {  // row rr of the CTA: (b, i, h)
     const bool h_fast = p.o.s2 <= p.o.s1;
     const int inner = h_fast ? p.H : p.Nq, mid = h_fast ? p.Nq : p.H;
-    const int64_t lin = min(first + threadIdx.x, total - 1), q = lin / inner, b = q / mid;
+    const int64_t lin = min(first + rr, total - 1), q = lin / inner;
+    b = q / mid;
     const int y = static_cast<int>(lin - q * inner), x = static_cast<int>(q - b * mid);
-    const int64_t i = h_fast ? x : y, h = h_fast ? y : x;
+    i = h_fast ? x : y, h = h_fast ? y : x;
+  };
+  // kH16 (v3.45f, session 46): threads kPreRows .. 2 kPreRows - 1, idle until the chunk loop, find their row's head
+  // and load its V scale, which lands during the loop and goes to shared memory after it. (Until v3.45f the row's
+  // thread did this after its sum: a 64-bit division, three 32-bit ones and the load's round trip at the end of
+  // the CTA, with 2 of its 8 warps still running.)
+  // v3.45g (session 47): they also read the head's max |dO_i| as it stands (L2, not L1: __ldcg), and the row's
+  // thread adds its own with an atomic only when it is larger. The max only grows, so a stale read costs an atomic,
+  // never a wrong max; once the first CTAs have run, most rows skip it (until v3.45g every row sent one: B H Nq
+  // atomics onto B H words).
+  __shared__ int s_head[kH16 && !kDoS ? kPreRows : 1];
+  __shared__ float s_inv_sv[kH16 && !kDoS ? kPreRows : 1];
+  __shared__ unsigned s_seen[kH16 && !kDoS ? kPreRows : 1];
+  [[maybe_unused]] int head = 0;
+  [[maybe_unused]] float s_v = 1.0f;
+  [[maybe_unused]] unsigned seen = 0;
+  if constexpr (kH16 && !kDoS) {
+    if (threadIdx.x >= kPreRows && threadIdx.x < 2 * kPreRows) {
+      int64_t b, i, h;
+      coords(threadIdx.x - kPreRows, b, i, h);
+      head = static_cast<int>(b * p.H + h);
+      s_v = p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, static_cast<int>(b), static_cast<int>(h / (p.H / p.Hkv)))];
+      seen = __ldcg(p.dmax_bits + head);
+    }
+  }
+  if (threadIdx.x < kPreRows) {
+    int64_t b, i, h;
+    coords(threadIdx.x, b, i, h);
     base_o[threadIdx.x] = kH16 ? ((b * p.Nq + i) * p.H + h) * D : b * p.o.s0 + i * p.o.s1 + h * p.o.s2;
     base_d[threadIdx.x] = b * p.dout.s0 + i * p.dout.s1 + h * p.dout.s2;
     out_row[threadIdx.x] = (b * p.H + h) * p.Nq + i;
@@ -90,6 +118,13 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
     to[0] = vo.x, to[1] = vo.y, to[2] = vo.z, to[3] = vo.w;
     td[0] = vd.x, td[1] = vd.y, td[2] = vd.z, td[3] = vd.w;
   }
+  if constexpr (kH16 && !kDoS) {
+    if (threadIdx.x >= kPreRows && threadIdx.x < 2 * kPreRows) {
+      s_head[threadIdx.x - kPreRows] = head;
+      s_inv_sv[threadIdx.x - kPreRows] = 1.0f / s_v;  // exact: a power of two
+      s_seen[threadIdx.x - kPreRows] = seen;
+    }
+  }
   __syncthreads();
   const int r = threadIdx.x;
   if (r >= kPreRows || first + r >= total) return;
@@ -116,10 +151,9 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_vec_kernel(const K
   if constexpr (kDoS) {
     p.delta[out_row[r]] = acc;  // delta' (s_v s_do / l units)
   } else if constexpr (kH16) {
-    const int64_t row = out_row[r];
-    const int bh = static_cast<int>(row / p.Nq), b = bh / p.H, hk = (bh % p.H) / (p.H / p.Hkv);
-    p.delta[row] = acc * (1.0f / p.fp16_scales[fp16_v_slot(p.B, p.H, p.Hkv, b, hk)]);  // exact: a power of two
-    atomicMax(p.dmax_bits + bh, __float_as_uint(sqrtf(sq)));
+    p.delta[out_row[r]] = acc * s_inv_sv[r];
+    const unsigned bits = __float_as_uint(sqrtf(sq));  // (non-negative floats order as their bits)
+    if (bits > s_seen[r]) atomicMax(p.dmax_bits + s_head[r], bits);
   } else {
     p.delta[out_row[r]] = acc;
   }

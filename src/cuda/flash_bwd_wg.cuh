@@ -76,7 +76,7 @@ constexpr size_t bwd_wg_smem_bytes() {
                            (kThresh && !kFwdStats ? 3 * kWgStatCols * 64 + D * kWgStatCols : 0) +
                            (kFwdStats ? kWgOnesElems : 0) +
                            (kDkComp ? 2 * kWgStatCols * 64 : 0)) +
-         sizeof(float) * ((kH16 ? 6 : 4) * kWgBwdRows + (kBulk ? (kH16 ? 8 * kH16DqTileFloats : kBulkDqFloats) : 0)) +
+         sizeof(float) * (4 * kWgBwdRows + (kBulk ? (kH16 ? 8 * kH16DqTileFloats : kBulkDqFloats) : 0)) +
          8 * 8 + 1024;
 }
 
@@ -250,8 +250,8 @@ __device__ __forceinline__ void store_dk_dv_direct(const KernelParams& p, bf16_t
 // of thresh-lowrank's work from this kernel so that a bench can time it; the gradients are then wrong, and the
 // bench says so. 1: the statistics product (the record is zero), 2: bf16(P) into shared memory, 4: the record
 // atomics, 8: the large-entry test and the list appends; 16 and 32 are the forward's (flash_fwd_wg.cuh), 64 and 128
-// thresh_dq_kernel's (projection_tc.cuh). With kH16 (fp16-lowrank) bits 1, 2 and 4 remove parts of its element-wise
-// step instead (the comment there). 0 (every normal build) changes nothing.
+// thresh_dq_kernel's (projection_tc.cuh). With kH16 (fp16-lowrank) bit 2 changes its element-wise step instead (the
+// comment there). 0 (every normal build) changes nothing.
 #ifndef GPROJ_ABLATE
 #define GPROJ_ABLATE 0
 #endif
@@ -326,8 +326,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   float* sL = sDq + (kBulk ? 8 * kDqWarpFloats : 0);  // [2][BQ] LSE: v3.0 per
                                                          // stage, v3.1 per warpgroup
   float* sDl = sL + 2 * BQ;                             // [2][BQ] delta, likewise
-  float* sIl = sDl + 2 * BQ;                            // kH16: [2][BQ] 1 / l (sL then holds M = ceil(LSE log2e))
-  uint64_t* full = reinterpret_cast<uint64_t*>(sIl + (kH16 ? 2 * BQ : 0));  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
+  uint64_t* full = reinterpret_cast<uint64_t*>(sDl + 2 * BQ);  // v3.1: [3] Q, dO landed; [3] empty; [1] K, V
   uint64_t* empty = full + 3;
   uint64_t* kv_full = full + 6;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -571,11 +570,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const float l2 = next_l * kLog2e;  // LSE log2(e), as the element-wise step uses it
         Ls[ltid] = l2;
         Dls[ltid] = next_dl;
-        if constexpr (kH16) {  // M = ceil(LSE log2e) and 1 / l = 2^(M - LSE log2e) (-inf: an empty row)
-          const float m = ceilf(l2);
-          Ls[ltid] = m;
+        if constexpr (kH16) {
           Dls[ltid] = next_dl * h16_sigma;  // delta sigma (exact)
-          if constexpr (!kDoS) sIl[wg * BQ + ltid] = l2 == neg_inf() ? 0.0f : fast_exp2(m - l2);
+          if constexpr (kDoS) Ls[ltid] = ceilf(l2);  // M = ceil(LSE log2e), the forward's integer max (-inf: empty)
         }
         if constexpr (kDkComp) {  // row ltid's 8 values into column ltid of the warpgroup's (Q U_q)^T tile
           const bf16_t* v = reinterpret_cast<const bf16_t*>(&next_qu);
@@ -674,23 +671,26 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           if constexpr (!decltype(all_visible)::value) {
             vis = q < p.Nq && key < p.Nk && key <= last_visible(p, q) && L != neg_inf();
           }
-          // kH16: L is M = ceil(LSE log2e); P^ = exp2(S scale log2e - M) in one FFMA, as the forward forms it
+          // kH16: P = exp2(S scale log2e - LSE log2e) in one FFMA (scale log2e over Qh's and Kh's scales); kDoS:
+          // L is M = ceil(LSE log2e) and x = P^ = exp2(S scale log2e - M), as the forward forms it
           const float x = vis ? (kH16 ? fast_exp2(fmaf(s[4 * n + e], h16_sl2, -L)) : fast_exp2(s[4 * n + e] * sl2 - L))
                               : 0.0f;
           pv[e] = x;
           if constexpr (!kH16) dsv[e] = x * (dp[4 * n + e] - dl);
         }
-        if constexpr (kH16) {  // P = fp16(P^) / l, sigma dS = P (dP sigma - delta sigma) (Dls holds delta sigma): the
-                               // emulator's round_fp16(sigma (P (dP - delta))) bit for bit, sigma a power of two
-          // (ablation bits for timing only, kAblate above: 1 drops 1 / l, 2 gives dV's A the packed FP16 P^, 4
-          // drops the FP16 round trip)
-          // (kDoS: 1 / l is in dP' and delta')
-          const float2 il = (kDoS || (kAblate & 1)) ? make_float2(1.0f, 1.0f)
-                                                    : *reinterpret_cast<const float2*>(sIl + wg * BQ + ql0);
-          h16a = __floats2half2_rn(pv[0], pv[1]), h16b = __floats2half2_rn(pv[2], pv[3]);
-          const float2 ra = (kAblate & 4) ? make_float2(pv[0], pv[1]) : __half22float2(h16a);
-          const float2 rb = (kAblate & 4) ? make_float2(pv[2], pv[3]) : __half22float2(h16b);
-          pv[0] = ra.x * il.x, pv[1] = ra.y * il.y, pv[2] = rb.x * il.x, pv[3] = rb.y * il.y;
+        if constexpr (kH16) {  // sigma dS = P (dP sigma - delta sigma) (Dls holds delta sigma): the emulator's
+                               // round_fp16(sigma (P (dP - delta))), sigma a power of two. P is not the forward's
+                               // fp16(P^) / l (session 48: the errors move by <= 0.009 points without it), so the
+                               // step is baseline's but for sigma and the FP16 pack. kDoS: dS and dV take the packed
+                               // fp16(P^) (1 / l is in dP' and delta').
+          // (ablation bit 2, timing only, kAblate above: dV's A the packed FP16 P instead of bf16(P))
+          if constexpr (kDoS || (kAblate & 2)) {
+            h16a = __floats2half2_rn(pv[0], pv[1]), h16b = __floats2half2_rn(pv[2], pv[3]);
+          }
+          if constexpr (kDoS) {
+            const float2 ra = __half22float2(h16a), rb = __half22float2(h16b);
+            pv[0] = ra.x, pv[1] = ra.y, pv[2] = rb.x, pv[3] = rb.y;
+          }
 #pragma unroll
           for (int e = 0; e < 4; ++e) dsv[e] = pv[e] * fmaf(dp[4 * n + e], h16_sigma, -((e & 1) ? D2.y : D2.x));
         }

@@ -167,12 +167,14 @@ __device__ __forceinline__ void pack_p_f16(const float (&s)[32], uint32_t (&pf)[
 // instructions (ncu, session 35), runs ~25% faster so. v2.10 (203 registers) and v2.11's first form (140 for
 // fwdfix) fell to one CTA per SM and lost 34-35% at D = 64; the kernels here need 127 (baseline) and 128 (fwdfix).
 // (Launch bounds asking for two CTAs would hold that, but made ptxas schedule fwdfix's D = 64 step differently;
-// check `-Xptxas -v` after a change instead.)
+// check `-Xptxas -v` after a change instead.) v2.3-h16 at D = 64 (session 46 candidate) asks for two: without
+// them it took 150 registers and one CTA an SM; with them 128, no spills, 16 SASS instructions more (3640).
+// Shared memory: 89 KB a CTA, two fit.
 // kH16 (fp16-lowrank, on v2.3; docs/design-fp16-projection.md, build step 3): the consistent P (softmax_block_h16),
 // P V and the statistics as one FP16 product against the FP16 copy of V (maps.v over the conversion pass's vh)
 // and fp16(K U s_ku) tiles (maps.ku), O = acc / (l s_v), LSE = (m + log2 l) ln 2, the record's P (K U) / (l s_ku).
 template <int D, bool kTieFix, bool kTma = false, bool kStats = false, bool kH16 = false>
-__global__ void __launch_bounds__(kFwdWgThreads<D>, 1)
+__global__ void __launch_bounds__(kFwdWgThreads<D>, kH16 && D == 64 ? 2 : 1)
     flash_fwd_wg_kernel(const KernelParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BQ = kFwdWgRows<D>, BK = 64, kNB = D / 64, kThreads = kFwdWgThreads<D>;

@@ -555,7 +555,9 @@ Fp16Copies fp16_copies(const Problem& p, void* stats, void* workspace) {
           reinterpret_cast<unsigned int*>(ws + l.gram + l.vh)};
 }
 
-// The conversion pass's kernels on `st` (convert_fp16_copies checks the arguments; forward() checked its own).
+// The conversion pass's kernels on `st` (convert_fp16_copies checks the arguments; forward() checked its own):
+// every head's max |x| and scale and v's copy, which the forward reads (convert_launch), then the copies of q and k,
+// which only the backward reads (convert_qk_launch; the forward queues them beside its kernel, forward_side_copies).
 Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                       void* qh, void* kht, void* vh, float* scales, unsigned int* maxbits, cudaStream_t st) {
   const int B = static_cast<int>(p.B), Nq = static_cast<int>(p.Nq), Nk = static_cast<int>(p.Nk),
@@ -574,15 +576,24 @@ Status convert_launch(const Problem& p, const DeviceTensor& q, const DeviceTenso
   const detail::ChunkShape wide = detail::chunk_shape(std::max(H, Hkv) * D / 8);
   detail::fp16_absmax_kernel<<<dim3(wide.blocks, token_blocks(std::max(Nq, Nk)), 3 * B), wide.threads, 0, st>>>(cp);
   detail::fp16_head_scale_kernel<<<(count + 255) / 256, 256, 0, st>>>(maxbits, scales, heads, count);
-  const detail::ChunkShape qs = detail::chunk_shape(H * D / 8), vs = detail::chunk_shape(Hkv * D / 8);
-  detail::fp16_convert_kernel<<<dim3(qs.blocks, token_blocks(Nq), B), qs.threads, 0, st>>>(
-      strided(q), Nq, H, D, scales, static_cast<__half*>(qh));
+  const detail::ChunkShape vs = detail::chunk_shape(Hkv * D / 8);
   detail::fp16_convert_kernel<<<dim3(vs.blocks, token_blocks(Nk), B), vs.threads, 0, st>>>(
       strided(v), Nk, Hkv, D, scales + B * H + B * Hkv, static_cast<__half*>(vh));
+  return last_error("FP16 conversion");
+}
+
+// qh and kht (K^T per kv head) from q, k and the scales convert_launch formed.
+Status convert_qk_launch(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, void* qh, void* kht,
+                         const float* scales, cudaStream_t st) {
+  const int B = static_cast<int>(p.B), Nq = static_cast<int>(p.Nq), Nk = static_cast<int>(p.Nk),
+            H = static_cast<int>(p.H), Hkv = static_cast<int>(p.Hkv), D = static_cast<int>(p.D);
+  const detail::ChunkShape qs = detail::chunk_shape(H * D / 8);
+  detail::fp16_convert_kernel<<<dim3(qs.blocks, (Nq + detail::kConvertTokens - 1) / detail::kConvertTokens, B),
+                                qs.threads, 0, st>>>(strided(q), Nq, H, D, scales, static_cast<__half*>(qh));
   detail::fp16_convert_transpose_kernel<<<dim3((Nk + detail::kTransposeKeys - 1) / detail::kTransposeKeys, 1, B * Hkv),
                                           detail::kConvertThreads, 0, st>>>(
       strided(k), Nk, static_cast<int>(fp16_kht_ld(p)), Hkv, D, scales + B * H, static_cast<__half*>(kht));
-  return last_error("FP16 conversion");
+  return last_error("FP16 conversion of q and k");
 }
 
 // The rank-8 basis of K per kv head (kQ: of Q per query head, the dK compensation) and the projections of the
@@ -752,6 +763,51 @@ Status forward_basis_prepass(const KernelParams& kp, cudaStream_t main, const Ca
   return s;
 }
 
+// fp16-lowrank's basis of K (Gram matrix, eigenvectors: they read only k and write only the Gram workspace and u)
+// on the side stream, queued first, beside `main_work` (the conversion pass) on the caller's stream, which then waits
+// for both before the K U tiles read U and the scales (session 49). Queued first, the small Gram grid and the
+// eigenvector CTAs (one per kv head, latency-bound) take their SMs before the conversion's wide grids fill the rest,
+// instead of running after them on the path to the forward kernel. Without a side stream or an event, in order on
+// the caller's stream.
+template <int D, class MainWork>
+Status basis_beside_conversion(const KernelParams& kp, cudaStream_t main, MainWork&& main_work) {
+  const CallEvent fork(true, main);
+  cudaStream_t side = fork.event != nullptr ? basis_stream() : nullptr;
+  if (side == nullptr || cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) {
+    cudaGetLastError();
+    Status s = main_work();
+    return s.ok ? lowrank_prepass<D, false>(kp, main, false) : s;
+  }
+  Status s = lowrank_prepass<D, false>(kp, side, false);
+  const CallEvent join(true, side);
+  const Status m = main_work();
+  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
+    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
+    cudaGetLastError();
+    if (s.ok) s = fail(ErrorCode::kDevice, "forward basis: could not join the side stream back into the caller's");
+  }
+  return s.ok ? m : s;
+}
+
+// fp16-lowrank's copies of q and k (convert_qk_launch), which only its backward reads, on the side stream from
+// `fork` beside the forward kernel, as forward_basis_prepass does (session 48): the copies fill the SMs the forward
+// kernel's last wave leaves idle instead of running before it. The caller's stream then waits for them. Without a
+// side stream or a fork event they run in order on the caller's stream.
+Status forward_side_copies(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const Fp16Copies& c,
+                           cudaStream_t main, const CallEvent& fork) {
+  cudaStream_t side = fork.event != nullptr ? basis_stream() : nullptr;
+  if (side == nullptr) return convert_qk_launch(p, q, k, c.qh, c.kht, c.scales, main);
+  if (cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) return last_error("FP16 copies fork");
+  Status s = convert_qk_launch(p, q, k, c.qh, c.kht, c.scales, side);
+  const CallEvent join(true, side);
+  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
+    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
+    cudaGetLastError();
+    if (s.ok) s = fail(ErrorCode::kDevice, "FP16 copies: could not join the side stream back into the caller's");
+  }
+  return s;
+}
+
 }  // namespace
 
 Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
@@ -827,6 +883,7 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     kp.u = static_cast<float*>(p.forward_basis);
     kp.gram = static_cast<float*>(p.forward_workspace);
   }
+  Fp16Copies h16_copies{};  // fp16-lowrank: where its FP16 copies go (q's and k's are queued after the forward)
   if (stats) {  // K's basis, bf16(K U) and its tiles, then the v2.3 forward, all on the caller's stream
     set_stats_params(&kp, p, p.forward_stats);
     if (Status s = ku_tiles_map(&maps.ku, kp.ku_tiles, p); !s.ok) return s;
@@ -856,13 +913,16 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
         }
       }
       const Fp16Copies c = fp16_copies(p, p.forward_stats, p.forward_workspace);
+      h16_copies = c;
       kp.o16_out = static_cast<__half*>(c.o16);
-      Status s = convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st);
+      // K's basis beside the conversion pass (absmax, scales, v's copy), both done before the K U tiles
+      const auto conversion = [&] { return convert_launch(p, q, k, v, c.qh, c.kht, c.vh, c.scales, c.maxbits, st); };
+      Status s = p.D == 64 ? basis_beside_conversion<64>(kp, st, conversion)
+                           : basis_beside_conversion<128>(kp, st, conversion);
       DeviceTensor vh;
       vh.data = c.vh;
       vh.stride[0] = p.Nk * p.Hkv * p.D, vh.stride[1] = p.Hkv * p.D, vh.stride[2] = p.D, vh.stride[3] = 1;
       if (s.ok) s = tensor_map(&maps.v, vh, p.B, p.Nk, p.Hkv, p.D, "vh (the FP16 copy of v)");
-      if (s.ok) s = p.D == 64 ? lowrank_prepass<64, false>(kp, st, false) : lowrank_prepass<128, false>(kp, st, false);
       if (s.ok) {
         s = p.D == 64 ? launch(detail::ku_kernel<64, false, true, true>, tgrid, 0, st, kp, "fp16-lowrank K U tiles",
                                detail::kBwdThreads)
@@ -882,11 +942,17 @@ Status forward(const Problem& p, const DeviceTensor& q, const DeviceTensor& k, c
     }
     if (!s.ok) return s;
   }
-  // forward_basis: the fork point is the caller's stream before the forward kernel (forward_basis_prepass).
-  const CallEvent fork(basis, st);
+  // forward_basis and fp16-lowrank's copies of q and k: the fork point is the caller's stream before the forward
+  // kernel (forward_basis_prepass, forward_side_copies).
+  const CallEvent fork(basis || h16, st);
   Status s = p.D == 64 ? forward_variant<64>(kp, p.params.variant, tc, wgmma, maps, st)
                        : forward_variant<128>(kp, p.params.variant, tc, wgmma, maps, st);
-  if (s.ok && stats) s.kernels += h16 ? " (+ FP16 conversion, basis and K U tiles)" : " (+ thresh-lowrank basis and K U tiles)";
+  if (s.ok && stats) s.kernels += h16 ? " (+ FP16 conversion with the basis beside it, K U tiles)" : " (+ thresh-lowrank basis and K U tiles)";
+  if (s.ok && h16) {
+    const std::string kernels = s.kernels;
+    s = forward_side_copies(p, q, k, h16_copies, st, fork);
+    if (s.ok) s.kernels = kernels + " (+ the FP16 copies of q and k beside it)";
+  }
   if (s.ok && basis) {
     const std::string kernels = s.kernels;
     s = p.D == 64 ? forward_basis_prepass<64>(kp, st, fork) : forward_basis_prepass<128>(kp, st, fork);
@@ -1204,7 +1270,8 @@ Status backward_h16(const Problem& p, const DeviceTensor& q, const DeviceTensor&
     detail::h16_dq_kernel<128><<<dq_grid, 256, 0, st>>>(kp);
   }
   if (Status e = last_error("backward dQ post-pass (fp16-lowrank)"); !e.ok) return e;
-  *kernels = std::string(p.D == 64 ? "backward v3.17-h16" : "backward v3.2-h16") +
+  // (h16d, session 48: P from the LSE, not the forward's fp16(P^) / l; the kDoS form keeps the latter)
+  *kernels = std::string(p.D == 64 ? "backward v3.17-h16d" : "backward v3.2-h16d") +
              std::string(" (wgmma, TMA, fp16-lowrank: FP16 dS against Qh and Kh^T, r_i from rows of "
                          "ones, rank-6 dQ projection") +
              (dos ? "; 1/l on dO: dP' = Vh dOh^T, dV = fp16(P^)^T dOh)" : ")");
@@ -1444,6 +1511,7 @@ Status convert_fp16_copies(const Problem& p, const DeviceTensor& q, const Device
   }
   Status s = convert_launch(p, q, k, v, qh, kht, vh, scales, static_cast<unsigned int*>(workspace),
                             static_cast<cudaStream_t>(stream));
+  if (s.ok) s = convert_qk_launch(p, q, k, qh, kht, scales, static_cast<cudaStream_t>(stream));
   if (s.ok) s.kernels = "FP16 conversion (per-head absmax, scale, convert, transpose)";
   return s;
 }

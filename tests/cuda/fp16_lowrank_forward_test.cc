@@ -79,6 +79,7 @@ cuda::Problem problem_of(const AttentionState& s, const FlashParams& f) {
 struct GpuForward {
   std::vector<bf16> o;
   std::vector<float> o_fp32, lse, records, u;
+  std::vector<uint16_t> qh, kht, qh_alone, kht_alone;  // the forward's FP16 copies, and convert_fp16_copies' alone
   std::string kernels;
 };
 
@@ -106,6 +107,20 @@ GpuForward run_gpu(const AttentionState& s, const FlashParams& f) {
   const cuda::ForwardStatsParts parts = cuda::forward_stats_parts(p0, stats.p);
   g.records = download<float>(parts.records, rows * 8);
   g.u = download<float>(parts.u, static_cast<size_t>(p0.B * p0.Hkv * p0.D * 8));
+  // qh and kht: since session 48 formed beside the forward kernel (a side stream, joined before forward returns);
+  // the same bits as the conversion pass run alone on the same inputs.
+  const size_t nkt = static_cast<size_t>(p0.B * p0.Hkv * p0.D) * cuda::fp16_kht_ld(p0);
+  g.qh = download<uint16_t>(parts.qh, nq);
+  g.kht = download<uint16_t>(parts.kht, nkt);
+  const size_t count = cuda::fp16_scale_count(p0);
+  DeviceBytes qh(nq * 2), kht(nkt * 2), vh(nk * 2), scales(count * 4), ws(count * 4);
+  const cuda::Status cs = cuda::convert_fp16_copies(p0, dense(q.p, s.q.shape), dense(k.p, s.k.shape),
+                                                    dense(v.p, s.v.shape), qh.p, kht.p, vh.p,
+                                                    static_cast<float*>(scales.p), ws.p, nullptr);
+  EXPECT_TRUE(cs.ok) << cs.message;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  g.qh_alone = download<uint16_t>(qh.p, nq);
+  g.kht_alone = download<uint16_t>(kht.p, nkt);
   return g;
 }
 
@@ -154,6 +169,9 @@ void expect_forward_matches_emulator(const AttentionState& s, const std::string&
   const GpuForward g = run_gpu(s, f);
   if (g.o.empty()) return;
   EXPECT_NE(g.kernels.find("fp16-lowrank"), std::string::npos) << g.kernels;
+  EXPECT_NE(g.kernels.find("FP16 copies of q and k beside it"), std::string::npos) << g.kernels;
+  EXPECT_EQ(g.qh, g.qh_alone) << what << ": qh differs from the conversion pass's";
+  EXPECT_EQ(g.kht, g.kht_alone) << what << ": kht differs from the conversion pass's";
   const ForwardResult c = attention_forward(Device::kCpu, s.q.view(), s.k.view(), s.v.view(), f);
   const int64_t B = s.q.shape[0], Nq = s.q.shape[1], H = s.q.shape[2];
   // O (BF16 and FP32): the GPU and the emulator differ in FP32 summation order and where ex2.approx flips a P^'s

@@ -62,12 +62,13 @@ def make_impls(device):
     """name -> f(q, k, v, causal) returning o, all taking (B, N, H, D) tensors."""
     impls = {f"gproj-{v}": (lambda v: lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant=v))(v)
              for v in ("baseline", "fwdfix", "gproj")}
-    # gproj-gproj runs the default projection (thresh-lowrank); the exact form beside it for the overhead table
+    # gproj-gproj runs the default projection (gproj.DEFAULT_PROJECTION, fp16-lowrank); the exact form beside it for
+    # the overhead table
     impls["gproj-pweighted"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
                                                                    projection="pweighted")
-    # the lead form (docs/design-fp16-projection.md; CUDA: D = 64 and 128)
-    impls["gproj-fp16-lowrank"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
-                                                                      projection="fp16-lowrank")
+    # thresh-lowrank, the default until the switch to fp16-lowrank (docs/gproj-projection.md)
+    impls["gproj-thresh-lowrank"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
+                                                                        projection="thresh-lowrank")
     # what deterministic=True costs (the exact projection, the one with a deterministic CUDA backward: dQ without
     # atomics, docs/pytorch.md)
     impls["gproj-pweighted-det"] = lambda q, k, v_, c: gproj.attention(q, k, v_, causal=c, variant="gproj",
@@ -130,7 +131,7 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0, ch
 
 
 # the rows whose overhead over gproj-baseline the report gives
-OVERHEAD_ROWS = ("gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank", "gproj-pweighted-det")
+OVERHEAD_ROWS = ("gproj-gproj", "gproj-pweighted", "gproj-thresh-lowrank", "gproj-pweighted-det")
 
 
 def overheads(g, base):
@@ -209,7 +210,7 @@ def print_bar_table(rows, file=sys.stdout):
 def environment(device, argv):
     env = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "command": " ".join(argv), "torch": torch.__version__, "python": platform.python_version(),
-           "gproj": gproj.build_info(), "host": platform.node()}
+           "gproj": gproj.build_info(), "default_projection": gproj.DEFAULT_PROJECTION, "host": platform.node()}
     if device == "cuda":
         env.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda,
                    cudnn=torch.backends.cudnn.version())

@@ -10,16 +10,17 @@ import torch.nn.functional as F
 GPROJ_VARIANTS = {"gproj-baseline": "baseline", "gproj-fwdfix": "fwdfix", "gproj-gproj": "gproj",
                   "gproj-gproj-published": "gproj", "gproj-thresh": "gproj", "gproj-pweighted": "gproj",
                   "gproj-fp16": "gproj", "gproj-gproj-dkc": "gproj"}
-# gproj-gproj-published: fwdfix's lift uncapped, as published (underflows to NaN past tied maxima of ~87); the
-# A/B against gproj-gproj (lift capped at 16) of docs/experiment.md.
-# gproj-gproj uses the library's default projection (thresh-lowrank since 2026-11-30, pweighted before);
-# gproj-thresh and gproj-pweighted name one explicitly.
-# gproj-fp16: projection fp16-lowrank (the FP16 dS with the forward's P reproduced; docs/design-fp16-projection.md),
-# the candidate for the next default.
-# gproj-gproj-dkc: the default with dK compensation (rank 8, experimental; docs/gproj-projection.md).
-GPROJ_OPTIONS = {"gproj-gproj-published": {"fwdfix_max_shift": float("inf")},
+# gproj-gproj uses the library's default projection (gproj.DEFAULT_PROJECTION: fp16-lowrank since session 47,
+# thresh-lowrank from 2026-11-30, pweighted before); gproj-thresh, gproj-pweighted and gproj-fp16 name one explicitly
+# (gproj-fp16: the FP16 dS with the forward's P; docs/design-fp16-projection.md).
+# gproj-gproj-published: thresh-lowrank with fwdfix's lift uncapped, as published (underflows to NaN past tied maxima
+# of ~87); the A/B against gproj-thresh (lift capped at 16) of docs/experiment.md. (fp16-lowrank's forward has no
+# lift: its running max is an integer and the tie bias does not arise.)
+# gproj-gproj-dkc: thresh-lowrank with dK compensation (rank 8, experimental; docs/gproj-projection.md).
+GPROJ_OPTIONS = {"gproj-gproj-published": {"projection": "thresh-lowrank", "fwdfix_max_shift": float("inf")},
                  "gproj-thresh": {"projection": "thresh-lowrank"}, "gproj-pweighted": {"projection": "pweighted"},
-                 "gproj-fp16": {"projection": "fp16-lowrank"}, "gproj-gproj-dkc": {"dk_compensation_rank": 8}}
+                 "gproj-fp16": {"projection": "fp16-lowrank"},
+                 "gproj-gproj-dkc": {"projection": "thresh-lowrank", "dk_compensation_rank": 8}}
 VARIANTS = ("sdpa-bf16", *GPROJ_VARIANTS, "fp32")
 
 

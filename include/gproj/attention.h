@@ -53,10 +53,10 @@ struct FlashParams {
   float fwdfix_tie_tol = 0.0f;         // entries with S >= r_m - tol count as tied (0: exact ties)
   float fwdfix_max_shift = 16.0f;      // the lift m' - r_m is capped here (inf: the published rule, whose tied
                                        // entries exp(-(beta-1) r_m) underflow to O = NaN once r_m > ~87)
-  // Used by Variant::kGproj only. The default, thresh-lowrank, is the cheap form chosen in
-  // docs/gproj-projection.md; the CUDA deterministic mode and rows that are not 16-byte aligned (the v0 kernels)
-  // implement pweighted only and say so.
-  Projection projection = Projection::kThreshLowRank;
+  // Used by Variant::kGproj only. The default, fp16-lowrank, is the form chosen in docs/gproj-projection.md ("The
+  // switch to fp16-lowrank"; thresh-lowrank before); the CUDA deterministic mode and rows that are not 16-byte aligned
+  // (the v0 kernels) implement pweighted only and say so.
+  Projection projection = Projection::kFp16LowRank;
   int lowrank_rank = 6;                // r of the low-rank projections' tail (kLowRank, kTopKLowRank,
                                        // kThreshLowRank; CUDA: 6, docs/gproj-projection.md)
   int topk = 8;                        // k of Projection::kTopK (k = 1: the whole residual onto the argmax key)

@@ -145,8 +145,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     thresh-lowrank or pweighted; refused with fp16-lowrank, whose forward has no lift) caps the lift of a tied block
     maximum (default 16, docs/numerics.md); float("inf") is the published rule, which underflows to NaN once a tied
     maximum passes ~87. projection (variant "gproj") picks GProj's projection by name (PROJECTIONS; default
-    DEFAULT_PROJECTION, "thresh-lowrank", threshold 1/16; "pweighted" is the exact form, the one the CUDA reference
-    kernels for rows that are not 16-byte aligned implement). dk_compensation_rank (variant "gproj" with projection
+    DEFAULT_PROJECTION, "fp16-lowrank"; "thresh-lowrank" was the default before, threshold 1/16; "pweighted" is the
+    exact form, the one the CUDA reference kernels for rows that are not 16-byte aligned and the deterministic mode
+    implement). dk_compensation_rank (variant "gproj" with projection
     "thresh-lowrank", experimental, default off): give dK back the BF16 rounding error of dS through the top-r
     directions of the queries (docs/gproj-projection.md, "dK compensation"; CPU any r, CUDA r = 8 at D = 64).
     deterministic: the backward gives the same bits on every run. None (the default) follows

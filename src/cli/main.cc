@@ -58,12 +58,14 @@ int main(int argc, char** argv) {
                         "exit 1 if exceeded: [variant:]metric=fraction,... metric in o, dq, dk, dv");
   check_cmd->add_option("--data-dir", check.data_dir, "folder of the real captured states (default: tests/data)");
   check_cmd->add_flag("--allow-nonfinite", check.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
-  check_cmd->add_flag("--deterministic", check.deterministic, "CUDA: backward without atomics (same bits every run)");
+  check_cmd->add_flag("--deterministic", check.deterministic,
+                      "CUDA: backward without atomics (same bits every run; gproj: with --projection pweighted)");
   check_cmd->add_option("--projection", check.projection,
-                        "GProj's projection for the gproj variant (default thresh-lowrank; e.g. pweighted)");
+                        "GProj's projection for the gproj variant (default fp16-lowrank; e.g. thresh-lowrank, "
+                        "pweighted)");
   check_cmd->add_option("--dk-compensation", check.dk_compensation_rank,
-                        "gproj variant, CPU, experimental: compensate dK's BF16 rounding through this many directions "
-                        "of Q (0: off)")
+                        "gproj variant with --projection thresh-lowrank, experimental: compensate dK's BF16 rounding "
+                        "through this many directions of Q (0: off)")
       ->check(CLI::Range(0, 256));
   add_stats_from(check_cmd, check.forward_stats);
   add_basis_from(check_cmd, check.basis_from_forward);
@@ -77,10 +79,12 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--device", run.device, "cpu or cuda")->capture_default_str();
   run_cmd->add_option("--out", run.out, "output file: o, lse, dq, dk, dv as F32")->required();
   run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite, "compute on NaN/Inf inputs instead of refusing");
-  run_cmd->add_flag("--deterministic", run.deterministic, "CUDA: backward without atomics (same bits every run)");
-  run_cmd->add_option("--projection", run.projection, "GProj's projection for the gproj variant (default thresh-lowrank)");
+  run_cmd->add_flag("--deterministic", run.deterministic,
+                    "CUDA: backward without atomics (same bits every run; gproj: with --projection pweighted)");
+  run_cmd->add_option("--projection", run.projection, "GProj's projection for the gproj variant (default fp16-lowrank)");
   run_cmd->add_option("--dk-compensation", run.dk_compensation_rank,
-                      "gproj variant, CPU, experimental: compensate dK's BF16 rounding through this many directions of Q")
+                      "gproj variant with --projection thresh-lowrank, experimental: compensate dK's BF16 rounding "
+                      "through this many directions of Q")
       ->check(CLI::Range(0, 256));
 
   add_stats_from(run_cmd, run.forward_stats);

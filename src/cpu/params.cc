@@ -82,11 +82,11 @@ bool backward_needs_o_fp32(const FlashParams& p) {
 std::string cuda_deterministic_refusal(const FlashParams& p) {
   switch (effective_projection(p)) {
     case Projection::kThreshLowRank:
-      return "deterministic mode implements the pweighted projection only (thresh-lowrank, the default, adds its dK "
-             "corrections with atomics): choose projection pweighted";
+      return "deterministic mode implements the pweighted projection only (thresh-lowrank adds its dK corrections "
+             "with atomics): choose projection pweighted";
     case Projection::kFp16LowRank:
-      return "deterministic mode implements the pweighted projection only (fp16-lowrank's dQ tiles arrive by atomic "
-             "reduce-adds): choose projection pweighted";
+      return "deterministic mode implements the pweighted projection only (fp16-lowrank, the default, sends its dQ "
+             "tiles by atomic reduce-adds): choose projection pweighted";
     default:
       return "";
   }

@@ -1087,7 +1087,7 @@ Status plan_backward(const Problem& p, const DeviceTensor& q, const DeviceTensor
   }
   if (thresh && !tc) {
     return fail(ErrorCode::kUnsupported,
-                "thresh-lowrank (the default projection) on CUDA needs 16-byte aligned rows of "
+                "thresh-lowrank on CUDA needs 16-byte aligned rows of "
                 "q, k, v, do; the reference kernels for other rows implement projection pweighted");
   }
   if (p.forward_stats != nullptr && (!forward_stats_apply(p) || (wg_version != 2 && wg_version != 3))) {

@@ -86,7 +86,7 @@ at::Tensor adopt(gproj::Tensor<T>&& t) {
   return out;
 }
 
-// projection: GProj's projection by name (default: FlashParams'; thresh-lowrank with its default threshold 1/16).
+// projection: GProj's projection by name (default: FlashParams', fp16-lowrank).
 FlashParams params_of(bool causal, std::optional<double> softmax_scale, const std::string& variant,
                       const std::optional<std::string>& projection = std::nullopt) {
   FlashParams p;

@@ -84,9 +84,9 @@ TEST(Check, JsonRecordsProvenance) {
     EXPECT_TRUE(env.contains(key)) << key;
   }
   EXPECT_EQ(env.at("cuda").at("available"), false);
-  EXPECT_EQ(env.at("variants").at("gproj").at("projection"), "thresh-lowrank");
-  EXPECT_EQ(env.at("variants").at("gproj").at("stats_from"), "backward");
-  EXPECT_EQ(env.at("variants").at("gproj").at("basis_from"), "backward");
+  EXPECT_EQ(env.at("variants").at("gproj").at("projection"), "fp16-lowrank");
+  EXPECT_EQ(env.at("variants").at("gproj").at("inv_l_on"), "p");
+  EXPECT_FALSE(env.at("variants").at("gproj").contains("thresh_k")) << "thresh-lowrank's parameters only with it";
   EXPECT_EQ(env.at("variants").at("gproj").at("basis_key_stride"), 4);
   EXPECT_EQ(env.at("variants").at("fwdfix").at("fwdfix_beta"), 2.0);
   EXPECT_EQ(env.at("variants").at("baseline").at("block_q"), 64);
@@ -110,15 +110,19 @@ TEST(Check, ExitCodesOfTheBinary) {
   EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --projection thresh-lowrank "
                       "--fail-above dq=0.005 --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --projection nope --quiet" + data), 2);
-  EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --stats-from forward "
-                      "--fail-above dq=0.005 --quiet" + data), 0);
+  EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --projection thresh-lowrank "
+                      "--stats-from forward --fail-above dq=0.005 --quiet" + data), 0);
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --stats-from forward --quiet" + data), 2)
+      << "thresh-lowrank's option, refused with the default fp16-lowrank";
+  EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --basis-from forward --quiet" + data), 2)
+      << "thresh-lowrank's option, refused with the default fp16-lowrank";
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --stats-from middle --quiet" + data), 2);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --projection pweighted "
                       "--stats-from forward --quiet" + data), 2) << "thresh-lowrank's option, refused, not ignored";
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --projection fp16-lowrank "
                       "--basis-from forward --quiet" + data), 2) << "thresh-lowrank's option, refused, not ignored";
-  EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --basis-from forward "
-                      "--fail-above dq=0.005 --quiet" + data), 0);
+  EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants gproj --projection thresh-lowrank "
+                      "--basis-from forward --fail-above dq=0.005 --quiet" + data), 0);
   EXPECT_EQ(exit_code("check --suite stress --cases masked-rows --variants gproj --basis-from nowhere --quiet" + data),
             2);
   EXPECT_EQ(exit_code("check --suite stress --cases shared-keys --variants baseline,gproj --projection fp16-lowrank "

@@ -272,11 +272,12 @@ TEST(Projection, SubsampledBasisKeepsTheRealStatesWithinTheBar) {
   }
 }
 
-TEST(Projection, DefaultIsThreshLowRank) {
-  // docs/gproj-projection.md: within every bar on both real states and every stress case, CPU and H200, at a
-  // third of pweighted's backward overhead on the GPU (CheapFormsTrackFullPWeighting below checks it against
-  // the exact form; the CUDA tests check the bars and the CPU agreement).
-  EXPECT_EQ(FlashParams{}.projection, Projection::kThreshLowRank);
+TEST(Projection, DefaultIsFp16LowRank) {
+  // docs/gproj-projection.md, "The switch to fp16-lowrank": within every bar on both real states and every stress
+  // case, CPU and H200, more accurate than thresh-lowrank (the default before) on dQ, dK and O, at a fraction of its
+  // backward overhead on the GPU (the CUDA tests check the bars and the CPU agreement). thresh-lowrank's defaults
+  // stay as they were for those who name it.
+  EXPECT_EQ(FlashParams{}.projection, Projection::kFp16LowRank);
   EXPECT_EQ(FlashParams{}.thresh_k, 16);
   EXPECT_EQ(FlashParams{}.lowrank_rank, 6);
   EXPECT_EQ(FlashParams{}.variant, Variant::kGproj);

@@ -770,7 +770,17 @@ TEST(Cuda, DefaultsNameTheKernelsThatRan) {
   for (int D : {64, 128}) {
     test::Case c{64, 64, 2, 2, D, true, 64, 64};
     const AttentionState s = test::state_for(c, 3);
-    FlashParams p = test::params_for(Variant::kGproj);
+    // The default projection, fp16-lowrank: its forward (with the FP16 conversion) and its backward.
+    const FlashParams d = test::params_for(Variant::kGproj);
+    const ForwardResult fd = attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), d);
+    const BackwardResult bd = attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), fd.o.view(),
+                                                 fd.o_fp32.view(), fd.lse.view(), s.dout.view(), d);
+    EXPECT_EQ(fd.kernels.rfind("forward v2.3-h16 (wgmma, TMA, fp16-lowrank", 0), 0u) << D << ": " << fd.kernels;
+    EXPECT_EQ(bd.kernels.rfind(D == 128 ? "backward v3.2-h16 (wgmma, TMA, fp16-lowrank" : "backward v3.17-h16 (wgmma, "
+                                                                                         "TMA, fp16-lowrank", 0),
+              0u) << D << ": " << bd.kernels;
+    // thresh-lowrank, named
+    FlashParams p = sweep_params(Variant::kGproj);
     const ForwardResult f = attention_forward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), p);
     const BackwardResult b = attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), f.o.view(),
                                                 f.o_fp32.view(), f.lse.view(), s.dout.view(), p);

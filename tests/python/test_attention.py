@@ -283,11 +283,16 @@ def test_eager_calls_take_the_autograd_function():
 
 def test_o_fp32_is_saved_only_when_the_backward_reads_it():
     q, k, v, _ = make_inputs(1, 8, 8, 2, 2, 16, seed=3)
+    # (fp32, and on the CPU gproj's default fp16-lowrank: its emulator forms delta from O's FP32 value; the CUDA
+    # kernels keep an FP16 O in the forward's statistics instead)
     for variant in gproj.VARIANTS:
         o, o_fp32, lse, basis = gproj._C.forward(q, k, v, False, None, variant)
         assert o.shape == q.shape and lse.shape == (1, 2, 8) and lse.dtype == torch.float32
-        assert o_fp32.shape == (q.shape if variant == "fp32" else (0,)), variant
+        reads = variant == "fp32" or (variant == "gproj" and gproj.DEFAULT_PROJECTION == "fp16-lowrank")
+        assert o_fp32.shape == (q.shape if reads else (0,)), variant
         assert basis.shape == (0,), variant  # (not asked for)
+    _, o_fp32, _, _ = gproj._C.forward(q, k, v, False, None, "gproj", None, "thresh-lowrank")
+    assert o_fp32.shape == (0,)
 
 
 def test_the_cpu_forward_forms_no_basis_and_its_backward_takes_none():
@@ -299,9 +304,10 @@ def test_the_cpu_forward_forms_no_basis_and_its_backward_takes_none():
 
 
 def test_basis_numel_names_where_the_forward_forms_the_basis():
-    # B Hkv D 8 floats for gproj's default projection at D = 64 or 128 where the CUDA kernels are built, else 0.
+    # B Hkv D 8 floats for gproj's thresh-lowrank at D = 64 or 128 where the CUDA kernels are built, else 0; the
+    # default projection, fp16-lowrank, hands its backward statistics instead (stats_numel), never this basis.
     n = 2 * 3 * 128 * 8 if CUDA_KERNELS else 0
-    assert gproj._C.basis_numel(2, 3, 128, "gproj") == n
+    assert gproj._C.basis_numel(2, 3, 128, "gproj") == 0
     assert gproj._C.basis_numel(2, 3, 128, "gproj", "thresh-lowrank") == n
     assert gproj._C.basis_numel(2, 3, 128, "gproj", "pweighted") == 0
     assert gproj._C.basis_numel(2, 3, 128, "baseline") == 0
@@ -752,7 +758,11 @@ def test_cuda_fp16_lowrank_within_derived_tolerance():
 def test_cuda_default_projection_on_misaligned_rows_is_a_clear_error():
     (q, k, v, do, causal, scale), _, _ = case_data("gqa_causal")
     qm, km, vm = (misaligned_copy(t.cuda()).requires_grad_() for t in (q, k, v))
-    om = gproj.attention(qm, km, vm, causal, scale, "gproj")
+    # fp16-lowrank: its forward already forms what its backward reads, so the forward says so
+    with pytest.raises(Exception, match="16-byte aligned rows.*pweighted"):
+        gproj.attention(qm, km, vm, causal, scale, "gproj")
+    # thresh-lowrank (named): its backward
+    om = gproj.attention(qm, km, vm, causal, scale, "gproj", projection="thresh-lowrank")
     with pytest.raises(Exception, match="16-byte aligned rows.*pweighted"):
         torch.autograd.grad(om, (qm, km, vm), misaligned_copy(do.cuda()))
 
@@ -781,9 +791,25 @@ def test_fwdfix_max_shift_caps_the_lift_and_inf_is_the_published_rule():
                        gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=float("inf")))
     with pytest.raises(ValueError, match="max shift"):
         gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=0.0)
-    # fp16-lowrank's forward has no lift to cap: refused rather than ignored
+    # gproj's default, fp16-lowrank, has no lift to cap: refused rather than ignored; thresh-lowrank takes it
     with pytest.raises(ValueError, match="fwdfix_max_shift.*no lift"):
-        gproj.attention(q, k, v, projection="fp16-lowrank", fwdfix_max_shift=float("inf"))
+        gproj.attention(q, k, v, fwdfix_max_shift=float("inf"))
+    assert torch.equal(gproj.attention(q, k, v, projection="thresh-lowrank", fwdfix_max_shift=float("inf")),
+                       gproj.attention(q, k, v, variant="fwdfix", fwdfix_max_shift=float("inf")))
+
+
+def test_default_projection_is_fp16_lowrank():
+    # docs/gproj-projection.md, "The switch to fp16-lowrank": the core's default, as the op reports and runs it.
+    assert gproj.DEFAULT_PROJECTION == "fp16-lowrank" and gproj.DEFAULT_PROJECTION in gproj.PROJECTIONS
+    (q, k, v, do, causal, scale), _, _ = case_data("gqa_causal")
+    default = run_gproj("gproj", q, k, v, do, causal, scale)
+    named = run_gproj("gproj", q, k, v, do, causal, scale,
+                      functools.partial(gproj.attention, projection="fp16-lowrank"))
+    thresh = run_gproj("gproj", q, k, v, do, causal, scale,
+                       functools.partial(gproj.attention, projection="thresh-lowrank"))
+    for f in FIELDS:
+        assert torch.equal(default[f], named[f]), f
+    assert not torch.equal(default["dq"], thresh["dq"])
 
 
 def test_the_op_is_called_with_the_default_resolved(monkeypatch):
@@ -818,7 +844,8 @@ def test_projection_by_name_within_derived_tolerance():
     assert "thresh-lowrank" in gproj.PROJECTIONS
     assert gproj._C.stats_numel(1, 64, 64, 2, 2, 128, "gproj") == 0  # (only fp16-lowrank's CUDA forward has them)
     # The fake (meta) implementation sizes o_fp32 from the variant and the projection, as the real one does.
-    assert gproj._C.needs_o_fp32("gproj", "fp16-lowrank") and not gproj._C.needs_o_fp32("gproj")
+    assert gproj._C.needs_o_fp32("gproj", "fp16-lowrank") and not gproj._C.needs_o_fp32("gproj", "thresh-lowrank")
+    assert gproj._C.needs_o_fp32("gproj") == gproj._C.needs_o_fp32("gproj", gproj.DEFAULT_PROJECTION)
     with pytest.raises(ValueError, match="unknown projection 'fast'"):
         gproj.attention(q, k, v, variant="gproj", projection="fast")
 

@@ -10,14 +10,14 @@ def test_smoke_run_writes_a_report(tmp_path):
     out = tmp_path / "report.json"
     bench.main(["attention_bench.py", "--smoke", "--out", str(out)])
     report = json.loads(out.read_text())
-    assert {"date_utc", "command", "torch", "gproj"} <= set(report["env"])
+    assert {"date_utc", "command", "torch", "gproj", "default_projection"} <= set(report["env"])
     impls = {r["impl"] for r in report["results"]}
-    assert impls == {"gproj-baseline", "gproj-fwdfix", "gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank",
+    assert impls == {"gproj-baseline", "gproj-fwdfix", "gproj-gproj", "gproj-pweighted", "gproj-thresh-lowrank",
                      "gproj-pweighted-det", "sdpa-math"}
     for r in report["results"]:
         assert "error" not in r, r
         assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0
-    with_overhead = {"gproj-gproj", "gproj-pweighted", "gproj-fp16-lowrank", "gproj-pweighted-det"}
+    with_overhead = {"gproj-gproj", "gproj-pweighted", "gproj-thresh-lowrank", "gproj-pweighted-det"}
     assert {r["impl"] for r in report["results"] if "gproj_bwd_overhead" in r} == with_overhead
     assert {r["impl"] for r in report["results"] if "gproj_step_overhead" in r} == with_overhead
     # the smoke shape (D = 64, N = 128) is outside the bar's shapes: a summary row each way, neither covered

@@ -776,8 +776,9 @@ TEST(Cuda, DefaultsNameTheKernelsThatRan) {
     const BackwardResult bd = attention_backward(Device::kCuda, s.q.view(), s.k.view(), s.v.view(), fd.o.view(),
                                                  fd.o_fp32.view(), fd.lse.view(), s.dout.view(), d);
     EXPECT_EQ(fd.kernels.rfind("forward v2.3-h16 (wgmma, TMA, fp16-lowrank", 0), 0u) << D << ": " << fd.kernels;
-    EXPECT_EQ(bd.kernels.rfind(D == 128 ? "backward v3.2-h16 (wgmma, TMA, fp16-lowrank" : "backward v3.17-h16 (wgmma, "
-                                                                                         "TMA, fp16-lowrank", 0),
+    EXPECT_EQ(bd.kernels.rfind(D == 128 ? "backward v3.2-h16d (wgmma, TMA, fp16-lowrank"
+                                         : "backward v3.17-h16d (wgmma, TMA, fp16-lowrank",
+                               0),
               0u) << D << ": " << bd.kernels;
     // thresh-lowrank, named
     FlashParams p = sweep_params(Variant::kGproj);

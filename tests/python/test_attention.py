@@ -594,6 +594,8 @@ def test_cuda_tensors_without_cuda_kernels_raise():
 def test_cuda_head_dim_outside_the_kernels_raises():
     x = bad((1, 8, 2, 32), device="cuda")
     with pytest.raises(ValueError, match="head dim D = 32"):
+        gproj.attention(x, x, x, variant="baseline")
+    with pytest.raises(ValueError, match="D = 32"):  # (the default projection's own sentence names D too)
         gproj.attention(x, x, x)
 
 
@@ -842,7 +844,8 @@ def test_projection_by_name_within_derived_tolerance():
         for f in FIELDS:
             assert err[f] <= tol[f], f"{projection} {f}: {err[f]:.3e} > derived tolerance {tol[f]:.3e}"
     assert "thresh-lowrank" in gproj.PROJECTIONS
-    assert gproj._C.stats_numel(1, 64, 64, 2, 2, 128, "gproj") == 0  # (only fp16-lowrank's CUDA forward has them)
+    # (only fp16-lowrank's CUDA forward has them)
+    assert gproj._C.stats_numel(1, 64, 64, 2, 2, 128, "gproj", "thresh-lowrank") == 0
     # The fake (meta) implementation sizes o_fp32 from the variant and the projection, as the real one does.
     assert gproj._C.needs_o_fp32("gproj", "fp16-lowrank") and not gproj._C.needs_o_fp32("gproj", "thresh-lowrank")
     assert gproj._C.needs_o_fp32("gproj") == gproj._C.needs_o_fp32("gproj", gproj.DEFAULT_PROJECTION)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Session 50, run 3 (device tool, on branch s50-final 819f2bf with .prebuilt from scripts/device_prebuild.sh;
+# carry [".gproj_commit", ".prebuilt", ".pb_s48-nort"]; GPROJ_COMMIT=819f2bfc4b89): run 2's attention_bench put
+# the op's fp16-lowrank backward overhead at +4.1% (4k) and +6.7% (8k) non-causal, against +1.1% to +2.3% for the
+# same main kernel in run 1's cuda_attention_bench rows. (1) The kernels of the op's backward, baseline and gproj,
+# from torch.profiler (op_profile.py); (2) s48-nort's and s50-final's cuda_attention_bench rows side by side at N = 4k
+# and 8k non-causal and 8k causal, with one backward's kernel times (NCU=1): the two builds' backward main
+# kernels are the same SASS, their preprocess kernels are not (v3.45f/g).
+set -uo pipefail
+out="${OUT:-/tmp/gproj-out}"
+mkdir -p "$out"
+source scripts/device_env.sh
+install_prebuilt_extension
+PYTHONPATH=python timeout 200 python3 bench/results/session50_20261205/op_profile.py >"$out/op_profile.txt" 2>&1
+echo "op_profile: rc=$?"
+grep "^== " "$out/op_profile.txt"
+BENCHES=".pb_s48-nort .prebuilt" ONLY="baseline gproj-h16" SHAPES="128:4096:0 128:8192:0 128:8192:1" \
+  INPUTS=gaussian ROUNDS=2 NCU=1 NCU_ONLY="gproj-h16" bash scripts/device_bench_ab.sh >"$out/ab.log" 2>&1
+echo "device_bench_ab: rc=$?"

@@ -26,29 +26,42 @@ def flops_forward(B, H, N, D, causal):
     return f / 2 if causal else f
 
 
+def one_timing(fn, device, chain=1):
+    """Seconds per call of `chain` calls of fn() queued back to back: CUDA events on the GPU, perf_counter on the CPU.
+    With chain = 1 the host's time before the first kernel counts (one call between two events, the GPU idle until
+    it launches); with more, the host queues ahead of the GPU as in training and that latency is hidden but for the
+    first call's share."""
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(chain):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3 / chain
+    t0 = time.perf_counter()
+    for _ in range(chain):
+        fn()
+    return (time.perf_counter() - t0) / chain
+
+
 def timed(fn, device, reps, warmup, chain=1):
-    """Median seconds per call of fn() over reps timings after warmup calls: CUDA events on the GPU, perf_counter on
-    the CPU. Each timing covers `chain` calls queued back to back, divided by chain: with chain = 1 the host's time
-    before the first kernel counts (one call between two events, the GPU idle until it launches); with more, the
-    host queues ahead of the GPU as in training and that latency is hidden but for the first call's share."""
+    """Median seconds per call of fn() over reps timings (one_timing's) after warmup calls."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(chain):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / chain)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(chain):
-                fn()
-            times.append((time.perf_counter() - t0) / chain)
-    return statistics.median(times)
+    return statistics.median(one_timing(fn, device, chain) for _ in range(reps))
+
+
+def paired_overhead(fa, fb, device, pairs, chain=1):
+    """fb's time over fa's, minus 1, with the two timed in alternation (a b, b a, a b, ...: `pairs` timings of each,
+    one_timing's), so that a drift of the GPU's clocks or temperature over the run falls on both: median(b) /
+    median(a) - 1. The rows' own timings, one implementation after the other, put identical kernels up to 3.3%
+    apart (session 50, run 2: baseline and fwdfix, whose backwards are the same kernels)."""
+    ta, tb = [], []
+    for i in range(pairs):
+        for f in ((fa, fb) if i % 2 == 0 else (fb, fa)):
+            (ta if f is fa else tb).append(one_timing(f, device, chain))
+    return statistics.median(tb) / statistics.median(ta) - 1
 
 
 def timing_note(chain):
@@ -97,7 +110,12 @@ def backward_peak_mib(o, inputs, dout):
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0, chain=1):
+# The backward overheads measured in alternation with gproj-baseline's (paired_overhead): gproj's (the bar's) and
+# fwdfix's, the control (its backward runs baseline's kernels, so its paired overhead is the measurement's noise).
+PAIRED_ROWS = ("gproj-gproj", "gproj-fwdfix")
+
+
+def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0, chain=1, pairs=0):
     gen = torch.Generator(device="cpu").manual_seed(1234)
     shape = (B, N, H, D)
     # q_scale > 1 sharpens the softmax rows (Gaussian inputs are diffuse; trained attention has a few large entries
@@ -105,18 +123,22 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0, ch
     base = [(torch.randn(shape, generator=gen) * (q_scale if i == 0 else 1.0)).to(device=device, dtype=torch.bfloat16)
             for i in range(4)]
     rows = []
+    backwards = {}  # the backward calls paired_overhead times again (their graphs kept until then)
     for name, fn in impls.items():
         q, k, v = (t.detach().clone().requires_grad_(True) for t in base[:3])
         dout = base[3]
         try:
             t_fwd = timed(lambda: fn(q, k, v, causal), device, reps, warmup, chain)
             o = fn(q, k, v, causal)
-            t_bwd = timed(lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True), device, reps, warmup,
-                          chain)
+            backward = (lambda o, q, k, v: lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True))(
+                o, q, k, v)
+            t_bwd = timed(backward, device, reps, warmup, chain)
             peak = backward_peak_mib(o, (q, k, v), dout) if device == "cuda" else None
         except (RuntimeError, ValueError) as e:  # a backend that cannot run this shape says so in the report
             rows.append({"impl": name, "error": str(e).splitlines()[0][:200]})
             continue
+        if pairs > 0 and (name == "gproj-baseline" or name in PAIRED_ROWS):
+            backwards[name] = backward
         f = flops_forward(B, H, N, D, causal)
         rows.append({"impl": name, "fwd_ms": 1e3 * t_fwd, "bwd_ms": 1e3 * t_bwd,
                      "fwd_tflops": f / t_fwd / 1e12, "bwd_tflops": 2.5 * f / t_bwd / 1e12})
@@ -127,6 +149,12 @@ def bench_shape(impls, B, N, H, D, causal, device, reps, warmup, q_scale=1.0, ch
         for r in rows:
             if r["impl"] in OVERHEAD_ROWS and r["impl"] in by:
                 r["gproj_bwd_overhead"], r["gproj_step_overhead"] = overheads(r, by["gproj-baseline"])
+    if "gproj-baseline" in backwards:
+        for name in PAIRED_ROWS:
+            if name in backwards:
+                by[name]["bwd_overhead_paired"] = paired_overhead(backwards["gproj-baseline"], backwards[name], device,
+                                                                  pairs, chain)
+                by[name]["pairs"] = pairs
     return rows
 
 
@@ -160,7 +188,11 @@ def bar_rows(results):
         if g is None or base is None:
             continue
         bwd_overhead, step_overhead = overheads(g, base)
-        row = {"D": D, "N": N, "causal": causal, "bwd_overhead": bwd_overhead, "step_overhead": step_overhead,
+        # the bar reads the paired measure where the report has it (paired_overhead), else the rows' ratio
+        control = by.get("gproj-fwdfix", {}).get("bwd_overhead_paired")
+        row = {"D": D, "N": N, "causal": causal, "bwd_overhead": g.get("bwd_overhead_paired", bwd_overhead),
+               "bwd_overhead_rows": bwd_overhead, "paired": "bwd_overhead_paired" in g, "control_overhead": control,
+               "step_overhead": step_overhead,
                "fwd_speedup_vs_flash": flash["fwd_ms"] / g["fwd_ms"] if flash else None,
                "bwd_speedup_vs_flash": flash["bwd_ms"] / g["bwd_ms"] if flash else None,
                "covered": D == BAR_D and N >= BAR_MIN_N}
@@ -192,18 +224,25 @@ def print_bar_table(rows, file=sys.stdout):
         return
     print("\nGProj overhead (gproj-gproj over gproj-baseline) and speed-up over SDPA flash (flash time / gproj time)",
           file=file)
-    print(f"{'D':>4} {'N':>6} {'causal':>6} {'bwd overhead':>12} {'fwd+bwd overhead':>16} {'fwd vs flash':>12} "
-          f"{'bwd vs flash':>12}  bar", file=file)
+    print(f"{'D':>4} {'N':>6} {'causal':>6} {'bwd overhead':>12} {'(rows)':>7} {'control':>7} {'fwd+bwd overhead':>16} "
+          f"{'fwd vs flash':>12} {'bwd vs flash':>12}  bar", file=file)
     for r in rows:
         fx = f"{r['fwd_speedup_vs_flash']:.2f}x" if r["fwd_speedup_vs_flash"] is not None else "-"
         bx = f"{r['bwd_speedup_vs_flash']:.2f}x" if r["bwd_speedup_vs_flash"] is not None else "-"
+        # (reports saved before the paired measure have only the rows' ratio, as bwd_overhead)
+        rows_ratio = f"{r['bwd_overhead_rows']:+.1%}" if r.get("paired") else "-"
+        control = f"{r['control_overhead']:+.1%}" if r.get("control_overhead") is not None else "-"
         if not r["covered"]:
             mark = "-"
         else:
             misses = [m for m, ok in (("overhead", r["overhead_ok"]), ("flash", r["flash_ok"])) if not ok]
             mark = "met" if not misses else "not met: " + ", ".join(misses)
-        print(f"{r['D']:>4} {r['N']:>6} {str(r['causal']):>6} {r['bwd_overhead']:>+12.1%} "
-              f"{r['step_overhead']:>+16.1%} {fx:>12} {bx:>12}  {mark}", file=file)
+        print(f"{r['D']:>4} {r['N']:>6} {str(r['causal']):>6} {r['bwd_overhead']:>+12.1%} {rows_ratio:>7} "
+              f"{control:>7} {r['step_overhead']:>+16.1%} {fx:>12} {bx:>12}  {mark}", file=file)
+    if any(r.get("paired") for r in rows):
+        print("bwd overhead: gproj's backward timed in alternation with baseline's (median over the pairs); (rows): the "
+              "two rows' ratio; control: fwdfix's paired overhead (its backward runs baseline's kernels: the noise)",
+              file=file)
     print(bar_verdict(rows), file=file)
 
 
@@ -234,6 +273,9 @@ def main(argv):
     ap.add_argument("--chain", type=int, default=1,
                     help="calls queued back to back per timing (1: one call between two events, the host's latency "
                          "before the first kernel included; e.g. 8 hides it, as training's queue does)")
+    ap.add_argument("--pairs", type=int, default=30,
+                    help="timings of each of baseline's and gproj's (and fwdfix's, the control) backwards taken in "
+                         "alternation for the overhead the bar reads (0: the rows' ratio only)")
     ap.add_argument("--q-scale", type=float, default=1.0,
                     help="multiply q (sharper softmax rows; 4 matches trained attention's ~3.5 entries >= 1/16 a row)")
     ap.add_argument("--out", default=None, help="JSON report (default bench/results/attention_<date>.json)")
@@ -254,11 +296,14 @@ def main(argv):
         ap.error("--q-scale must be in (0, 64]")
     if not (1 <= args.chain <= 64):
         ap.error("--chain must be in [1, 64]")
+    if not (0 <= args.pairs <= 1000):
+        ap.error("--pairs must be in [0, 1000]")
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("attention_bench: no CUDA device (use --smoke to test the harness on the CPU)")
     if args.smoke:
         args.dims, args.lengths, args.tokens, args.width, args.reps, args.warmup = [64], [128], 256, 128, 2, 1
+        args.pairs = min(args.pairs, 2)
     impls = make_impls(device)
     report = {"env": environment(device, argv), "results": []}
     print(f"{'impl':<24} {'N':>6} {'D':>4} {'causal':>6} {'fwd TF/s':>9} {'bwd TF/s':>9} {'bwd peak MiB':>12}",
@@ -268,7 +313,7 @@ def main(argv):
             for causal in (False, True):
                 B, H = max(1, args.tokens // N), args.width // D
                 for r in bench_shape(impls, B, N, H, D, causal, device, args.reps, args.warmup, args.q_scale,
-                                     args.chain):
+                                     args.chain, args.pairs):
                     r.update(B=B, N=N, H=H, D=D, causal=causal, q_scale=args.q_scale, chain=args.chain)
                     report["results"].append(r)
                     if "error" in r:

@@ -117,3 +117,48 @@ def test_summary_prints_the_table_of_a_saved_report(tmp_path, capsys):
             assert "cannot read the report" in str(e.code)
         else:
             raise AssertionError(f"{bad.name} was accepted")
+
+
+def test_paired_overhead_alternates_and_compares_medians(monkeypatch):
+    # paired_overhead times a and b in alternation (a b, b a, ...) and returns median(b) / median(a) - 1: a drift
+    # over the run falls on both, so two equal calls measure ~0 however the clock drifts.
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
+    order = []
+    bench.paired_overhead(lambda: order.append("a"), lambda: order.append("b"), "cpu", pairs=3)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    fake_clock = iter([1.0, 1.2, 1.25, 1.05, 1.1, 1.32] * 2)  # one_timing's seconds in call order: b = 1.2 a
+    monkeypatch.setattr(bench, "one_timing", lambda fn, device, chain=1: next(fake_clock))
+    got = bench.paired_overhead(lambda: None, lambda: None, "cpu", pairs=3)
+    assert abs(got - (1.25 / 1.05 - 1)) < 1e-12  # medians: a of (1.0, 1.05, 1.1), b of (1.2, 1.25, 1.32)
+
+
+def test_the_bar_reads_the_paired_overhead_and_shows_the_control(tmp_path, capsys):
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
+    results = _rows(128, 4096, False, (1.0, 2.0), (1.0, 2.1), (1.2, 3.0))  # rows: +5%
+    results[1]["bwd_overhead_paired"] = 0.02
+    results.append({"impl": "gproj-fwdfix", "fwd_ms": 1.1, "bwd_ms": 2.05, "bwd_overhead_paired": -0.004, "D": 128,
+                    "N": 4096, "causal": False})
+    rows = bench.bar_rows(results)
+    assert abs(rows[0]["bwd_overhead"] - 0.02) < 1e-12 and abs(rows[0]["bwd_overhead_rows"] - 0.05) < 1e-12
+    assert rows[0]["paired"] and rows[0]["control_overhead"] == -0.004 and rows[0]["overhead_ok"]
+    rep = tmp_path / "r.json"
+    rep.write_text(json.dumps({"results": results}))
+    bench.main(["attention_bench.py", "--summary", str(rep)])
+    out = capsys.readouterr().out
+    assert "+2.0%   +5.0%   -0.4%" in out and "backward overhead <= 3%: met" in out and "in alternation" in out
+
+
+def test_smoke_run_pairs_gproj_and_the_control_with_baseline(tmp_path):
+    bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
+    out = tmp_path / "report.json"
+    bench.main(["attention_bench.py", "--smoke", "--out", str(out)])
+    results = json.loads(out.read_text())["results"]
+    assert {r["impl"] for r in results if "bwd_overhead_paired" in r} == {"gproj-gproj", "gproj-fwdfix"}
+    bench.main(["attention_bench.py", "--smoke", "--pairs", "0", "--out", str(out)])
+    assert not any("bwd_overhead_paired" in r for r in json.loads(out.read_text())["results"])
+    try:
+        bench.main(["attention_bench.py", "--smoke", "--pairs", "-1", "--out", str(tmp_path / "bad.json")])
+    except SystemExit as e:
+        assert e.code != 0
+    else:
+        raise AssertionError("--pairs -1 was accepted")

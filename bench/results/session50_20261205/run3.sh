@@ -3,8 +3,8 @@
 # carry [".gproj_commit", ".prebuilt", ".pb_s48-nort"]; GPROJ_COMMIT=819f2bfc4b89): run 2's attention_bench put
 # the op's fp16-lowrank backward overhead at +4.1% (4k) and +6.7% (8k) non-causal, against +1.1% to +2.3% for the
 # same main kernel in run 1's cuda_attention_bench rows. (1) The kernels of the op's backward, baseline and gproj,
-# from torch.profiler (op_profile.py); (2) s48-nort's and s50-final's cuda_attention_bench rows side by side at N = 4k
-# and 8k non-causal and 8k causal, with one backward's kernel times (NCU=1): the two builds' backward main
+# from torch.profiler (op_profile.py); (2) s48-nort's and s50-final's cuda_attention_bench rows side by side at N =
+# 8k non-causal only (the device budget left), with one backward's kernel times (NCU=1): the two builds' backward main
 # kernels are the same SASS, their preprocess kernels are not (v3.45f/g). (0), first: attention_bench with the
 # paired overhead (added after run 2), D = 128.
 set -uo pipefail
@@ -20,6 +20,6 @@ tail -12 "$out/attention_bench_paired.txt"
 PYTHONPATH=python timeout 200 python3 bench/results/session50_20261205/op_profile.py >"$out/op_profile.txt" 2>&1
 echo "op_profile: rc=$?"
 grep "^== " "$out/op_profile.txt"
-BENCHES=".pb_s48-nort .prebuilt" ONLY="baseline gproj-h16" SHAPES="128:4096:0 128:8192:0 128:8192:1" \
+BENCHES=".pb_s48-nort .prebuilt" ONLY="baseline gproj-h16" SHAPES="128:8192:0" \
   INPUTS=gaussian ROUNDS=2 NCU=1 NCU_ONLY="gproj-h16" bash scripts/device_bench_ab.sh >"$out/ab.log" 2>&1
 echo "device_bench_ab: rc=$?"

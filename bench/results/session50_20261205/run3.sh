@@ -20,6 +20,7 @@ tail -12 "$out/attention_bench_paired.txt"
 PYTHONPATH=python timeout 200 python3 bench/results/session50_20261205/op_profile.py >"$out/op_profile.txt" 2>&1
 echo "op_profile: rc=$?"
 grep "^== " "$out/op_profile.txt"
+[ -n "${SKIP_AB:-}" ] && exit 0  # (SKIP_AB=1: (0) and (1) only, when the device budget is short)
 BENCHES=".pb_s48-nort .prebuilt" ONLY="baseline gproj-h16" SHAPES="128:8192:0" \
   INPUTS=gaussian ROUNDS=2 NCU=1 NCU_ONLY="gproj-h16" bash scripts/device_bench_ab.sh >"$out/ab.log" 2>&1
 echo "device_bench_ab: rc=$?"

@@ -55,7 +55,7 @@ def timed(fn, device, reps, warmup, chain=1):
 def paired_overhead(fa, fb, device, pairs, chain=1):
     """fb's time over fa's, minus 1, with the two timed in alternation (a b, b a, a b, ...: `pairs` timings of each,
     one_timing's), so that a drift of the GPU's clocks or temperature over the run falls on both: median(b) /
-    median(a) - 1. The rows' own timings, one implementation after the other, put identical kernels up to 3.3%
+    median(a) - 1. The rows' own timings, one implementation after the other, put identical kernels up to 3.7%
     apart (session 50, run 2: baseline and fwdfix, whose backwards are the same kernels)."""
     ta, tb = [], []
     for i in range(pairs):

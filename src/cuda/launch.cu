@@ -743,6 +743,21 @@ struct CallEvent {
   CallEvent& operator=(const CallEvent&) = delete;
 };
 
+// Joins the side stream back into the caller's after work queued there (`s`, that work's status): the caller's
+// stream waits for an event recorded on `side`; where that cannot be arranged, `side` is drained, so that nothing
+// queued there outlives the call unordered, and a status that was ok says why (`what` names the work).
+Status join_side_stream(cudaStream_t main, cudaStream_t side, Status s, const char* what) {
+  const CallEvent join(true, side);
+  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
+    cudaStreamSynchronize(side);
+    cudaGetLastError();
+    if (s.ok) {
+      s = fail(ErrorCode::kDevice, std::string(what) + ": could not join the side stream back into the caller's");
+    }
+  }
+  return s;
+}
+
 // The forward's basis pre-passes (Gram matrix, eigenvectors) on the side stream from `fork` (the caller's stream
 // before the forward kernel was queued), so that the GPU takes the forward kernel's blocks first and the pre-passes
 // fill the SMs its last wave leaves idle; the caller's stream then waits for them, so what it sees after forward()
@@ -753,14 +768,7 @@ Status forward_basis_prepass(const KernelParams& kp, cudaStream_t main, const Ca
   cudaStream_t side = fork.event != nullptr ? basis_stream() : nullptr;
   if (side == nullptr) return lowrank_prepass<D, false>(kp, main, false);
   if (cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) return last_error("forward basis fork");
-  Status s = lowrank_prepass<D, false>(kp, side, false);
-  const CallEvent join(true, side);
-  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
-    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
-    cudaGetLastError();
-    if (s.ok) s = fail(ErrorCode::kDevice, "forward basis: could not join the side stream back into the caller's");
-  }
-  return s;
+  return join_side_stream(main, side, lowrank_prepass<D, false>(kp, side, false), "forward basis");
 }
 
 // fp16-lowrank's basis of K (Gram matrix, eigenvectors: they read only k and write only the Gram workspace and u)
@@ -778,15 +786,10 @@ Status basis_beside_conversion(const KernelParams& kp, cudaStream_t main, MainWo
     Status s = main_work();
     return s.ok ? lowrank_prepass<D, false>(kp, main, false) : s;
   }
-  Status s = lowrank_prepass<D, false>(kp, side, false);
-  const CallEvent join(true, side);
-  const Status m = main_work();
-  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
-    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
-    cudaGetLastError();
-    if (s.ok) s = fail(ErrorCode::kDevice, "forward basis: could not join the side stream back into the caller's");
-  }
-  return s.ok ? m : s;
+  const Status s = lowrank_prepass<D, false>(kp, side, false);
+  const Status m = main_work();  // (on `main`: the join below orders only what `side` holds, the prepass)
+  const Status joined = join_side_stream(main, side, s, "forward basis");
+  return joined.ok ? m : joined;
 }
 
 // fp16-lowrank's copies of q and k (convert_qk_launch), which only its backward reads, on the side stream from
@@ -798,14 +801,7 @@ Status forward_side_copies(const Problem& p, const DeviceTensor& q, const Device
   cudaStream_t side = fork.event != nullptr ? basis_stream() : nullptr;
   if (side == nullptr) return convert_qk_launch(p, q, k, c.qh, c.kht, c.scales, main);
   if (cudaStreamWaitEvent(side, fork.event, 0) != cudaSuccess) return last_error("FP16 copies fork");
-  Status s = convert_qk_launch(p, q, k, c.qh, c.kht, c.scales, side);
-  const CallEvent join(true, side);
-  if (join.event == nullptr || cudaStreamWaitEvent(main, join.event, 0) != cudaSuccess) {
-    cudaStreamSynchronize(side);  // nothing queued there may outlive the call unordered
-    cudaGetLastError();
-    if (s.ok) s = fail(ErrorCode::kDevice, "FP16 copies: could not join the side stream back into the caller's");
-  }
-  return s;
+  return join_side_stream(main, side, convert_qk_launch(p, q, k, c.qh, c.kht, c.scales, side), "FP16 copies");
 }
 
 }  // namespace

@@ -5,6 +5,18 @@ import json
 from script_loader import ROOT, load
 
 
+def assert_refused(bench, tmp_path, option, value):
+    """The harness refuses `option value` with a non-zero exit and writes no report."""
+    bad = tmp_path / "bad.json"
+    try:
+        bench.main(["attention_bench.py", "--smoke", option, value, "--out", str(bad)])
+    except SystemExit as e:
+        assert e.code != 0
+    else:
+        raise AssertionError(f"{option} {value} was accepted")
+    assert not bad.exists()
+
+
 def test_smoke_run_writes_a_report(tmp_path):
     bench = load("attention_bench", ROOT / "bench" / "attention_bench.py")
     out = tmp_path / "report.json"
@@ -31,13 +43,7 @@ def test_q_scale_is_recorded_and_checked(tmp_path):
     bench.main(["attention_bench.py", "--smoke", "--q-scale", "4", "--out", str(out)])
     report = json.loads(out.read_text())
     assert report["results"] and all(r["q_scale"] == 4.0 for r in report["results"])
-    try:
-        bench.main(["attention_bench.py", "--smoke", "--q-scale", "0", "--out", str(tmp_path / "bad.json")])
-    except SystemExit as e:
-        assert e.code != 0
-    else:
-        raise AssertionError("--q-scale 0 was accepted")
-    assert not (tmp_path / "bad.json").exists()
+    assert_refused(bench, tmp_path, "--q-scale", "0")
 
 
 def test_chain_is_recorded_and_checked(tmp_path, capsys):
@@ -55,13 +61,7 @@ def test_chain_is_recorded_and_checked(tmp_path, capsys):
     assert bench.timed(lambda: calls.append(1), "cpu", reps=2, warmup=1, chain=4) >= 0
     assert len(calls) == 1 + 2 * 4
     for bad in ("0", "65"):
-        try:
-            bench.main(["attention_bench.py", "--smoke", "--chain", bad, "--out", str(tmp_path / "bad.json")])
-        except SystemExit as e:
-            assert e.code != 0
-        else:
-            raise AssertionError(f"--chain {bad} was accepted")
-    assert not (tmp_path / "bad.json").exists()
+        assert_refused(bench, tmp_path, "--chain", bad)
 
 
 def _rows(D, N, causal, base, gp, flash=None):
@@ -156,9 +156,4 @@ def test_smoke_run_pairs_gproj_and_the_control_with_baseline(tmp_path):
     assert {r["impl"] for r in results if "bwd_overhead_paired" in r} == {"gproj-gproj", "gproj-fwdfix"}
     bench.main(["attention_bench.py", "--smoke", "--pairs", "0", "--out", str(out)])
     assert not any("bwd_overhead_paired" in r for r in json.loads(out.read_text())["results"])
-    try:
-        bench.main(["attention_bench.py", "--smoke", "--pairs", "-1", "--out", str(tmp_path / "bad.json")])
-    except SystemExit as e:
-        assert e.code != 0
-    else:
-        raise AssertionError("--pairs -1 was accepted")
+    assert_refused(bench, tmp_path, "--pairs", "-1")

@@ -7,7 +7,7 @@ set -uo pipefail
 out="${OUT:-/tmp/gproj-out}"
 mkdir -p "$out"
 CANDIDATE=.pb_s51-fwdq BENCHES=".prebuilt .pb_s51-fwdq" ONLY="baseline gproj-h16" \
-  SHAPES="128:4096:0 128:4096:1 128:8192:1 64:4096:1" INPUTS=gaussian ROUNDS=3 NCU=0 \
+  SHAPES="128:4096:0 128:4096:1 64:4096:1" INPUTS=gaussian ROUNDS=3 NCU=0 \
   bash scripts/device_candidate_ab.sh s51_fwdq >"$out/ab.log" 2>&1
 echo "device_candidate_ab: rc=$?"
 tail -40 "$out/ab.log"
